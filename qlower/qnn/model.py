@@ -1,0 +1,165 @@
+"""The QNN data model: what a QNN graph is, independent of how it was made.
+
+Mirrors the QNN C API (Qnn_Tensor_t, Qnn_Param_t, Qnn_OpConfig_t) closely
+enough that the converter's `_net.json`/`.cpp`/`.bin` artifacts can be written
+from it and read back into it without loss.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+import numpy as np
+
+from qlower.qnn.datatypes import DataType
+
+PACKAGE = "qti.aisw"
+
+
+class TensorType(enum.IntEnum):
+    """Qnn_TensorType_t codes (QNN_TENSOR_TYPE_*)."""
+
+    APP_WRITE = 0
+    APP_READ = 1
+    APP_READWRITE = 2
+    NATIVE = 3
+    STATIC = 4
+    NULL = 5
+
+
+class EncodingKind(enum.IntEnum):
+    """Qnn_QuantizationEncoding_t codes used by qlower."""
+
+    SCALE_OFFSET = 0
+    AXIS_SCALE_OFFSET = 1
+    BW_SCALE_OFFSET = 2
+    BW_AXIS_SCALE_OFFSET = 3
+    BLOCKWISE_EXPANSION = 5
+    UNDEFINED = 0x7FFFFFFF
+
+
+def _floats(v: Any) -> tuple[float, ...]:
+    return tuple(float(x) for x in np.atleast_1d(np.asarray(v, dtype=np.float64)))
+
+
+def _ints(v: Any) -> tuple[int, ...]:
+    return tuple(int(x) for x in np.atleast_1d(np.asarray(v, dtype=np.int64)))
+
+
+@attrs.frozen
+class QuantEncoding:
+    """A QNN quantization encoding: real = scale * (q + offset).
+
+    `offsets` are QNN offsets, i.e. the negated zero points. Per-tensor kinds
+    hold one scale/offset; axis kinds one per channel along `axis`.
+    BLOCKWISE_EXPANSION keeps per-channel float scales plus integer per-block
+    scales (`block_scales`, shape [channels, num_blocks_per_axis]) of
+    `block_scale_bitwidth` bits; the effective scale of a block is
+    channel_scale * block_scale.
+    """
+
+    kind: EncodingKind
+    scales: tuple[float, ...] = attrs.field(converter=_floats)
+    offsets: tuple[int, ...] = attrs.field(converter=_ints)
+    axis: int | None = None
+    bitwidth: int | None = None
+    num_blocks_per_axis: int | None = None
+    block_scale_bitwidth: int | None = None
+    block_scales: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def per_axis(self) -> bool:
+        return self.kind in (EncodingKind.AXIS_SCALE_OFFSET, EncodingKind.BW_AXIS_SCALE_OFFSET,
+                             EncodingKind.BLOCKWISE_EXPANSION)
+
+    @classmethod
+    def from_zero_point(cls, scale: Any, zero_point: Any, *, axis: int | None = None,
+                        bitwidth: int | None = None) -> QuantEncoding:
+        """Framework (scale, zero_point) to QNN: offset = -zero_point."""
+        scales = _floats(scale)
+        offsets = tuple(-z for z in _ints(zero_point))
+        if axis is None:
+            kind = EncodingKind.BW_SCALE_OFFSET if bitwidth is not None else EncodingKind.SCALE_OFFSET
+        else:
+            kind = EncodingKind.BW_AXIS_SCALE_OFFSET if bitwidth is not None else EncodingKind.AXIS_SCALE_OFFSET
+        return cls(kind, scales, offsets, axis=axis, bitwidth=bitwidth)
+
+
+@attrs.define(eq=False)
+class QnnTensor:
+    """One Qnn_Tensor_t. `data` is set for STATIC tensors only (numpy, storage dtype)."""
+
+    name: str
+    type: TensorType
+    datatype: DataType
+    dims: tuple[int, ...] = attrs.field(converter=tuple)
+    encoding: QuantEncoding | None = None
+    data: np.ndarray | None = None
+
+    def same_as(self, other: QnnTensor) -> bool:
+        """Structural equality, comparing static data by value."""
+        if (self.name, self.type, self.datatype, self.dims, self.encoding) != (
+            other.name, other.type, other.datatype, other.dims, other.encoding
+        ):
+            return False
+        if (self.data is None) != (other.data is None):
+            return False
+        return self.data is None or (
+            self.data.dtype == other.data.dtype and np.array_equal(self.data, other.data)
+        )
+
+
+@attrs.frozen
+class ScalarParam:
+    name: str
+    datatype: DataType
+    value: bool | int | float | str
+
+
+@attrs.define(eq=False)
+class TensorParam:
+    """A tensor-valued param; its tensor is STATIC with data."""
+
+    name: str
+    tensor: QnnTensor
+
+
+Param = ScalarParam | TensorParam
+
+
+@attrs.define(eq=False)
+class OpConfig:
+    """One Qnn_OpConfig_t. `provenance` (rule and source node) is for messages only."""
+
+    name: str
+    type: str
+    inputs: list[str]
+    outputs: list[str]
+    params: list[Param] = attrs.Factory(list)
+    package: str = PACKAGE
+    provenance: str | None = None
+
+    def param(self, name: str) -> Param | None:
+        for p in self.params:
+            if p.name == name:
+                return p
+        return None
+
+
+@attrs.define(eq=False)
+class QnnGraph:
+    """A QNN graph: tensors by name (in creation order) and ops in execution order."""
+
+    name: str
+    tensors: dict[str, QnnTensor] = attrs.Factory(dict)
+    ops: list[OpConfig] = attrs.Factory(list)
+    inputs: list[str] = attrs.Factory(list)
+    outputs: list[str] = attrs.Factory(list)
+
+    def add_tensor(self, tensor: QnnTensor) -> QnnTensor:
+        if tensor.name in self.tensors:
+            raise ValueError(f"duplicate tensor {tensor.name}")
+        self.tensors[tensor.name] = tensor
+        return tensor
