@@ -1,0 +1,631 @@
+"""Text to syntax tree: lark (LALR, contextual lexer, strict) configured once.
+
+Syntax errors become diagnostics that say what was expected in a rule
+author's words, never lark's token names.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import lark
+from lark import Lark, Token, Transformer, v_args
+
+from qlower import _resources
+from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
+from qlower.lang import ast
+
+
+@functools.cache
+def _parser() -> Lark:
+    grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
+    return Lark(grammar, parser="lalr", lexer="contextual", strict=True,
+                propagate_positions=True, maybe_placeholders=True)
+
+
+def parse(text: str, file: str = "<string>") -> ast.Module:
+    """Parse .qpat text; raises QlowerError with one located diagnostic on bad syntax."""
+    comments: list[ast.Comment] = []
+
+    def keep(tok: Token) -> None:
+        comments.append(ast.Comment(tok.line, tok.value))
+
+    try:
+        tree = _parse_with_comments(text, keep)
+    except lark.exceptions.UnexpectedInput as exc:
+        raise QlowerError(_syntax_diagnostic(exc, text, file)) from None
+    items = _Builder(file).transform(tree).children
+    return _attach_docs(ast.Module(file, tuple(items), tuple(comments)))
+
+
+def parse_file(path: str | Path) -> ast.Module:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise QlowerError(error(f"cannot read rule file {p}: {exc}", code="io")) from None
+    return parse(text, str(p))
+
+
+def _parse_with_comments(text: str, keep) -> lark.Tree:
+    # lexer_callbacks need a parser built with them; comments are rare enough
+    # that re-scanning them separately is simpler and keeps one cached parser.
+    tree = _parser().parse(text)
+    for i, line in enumerate(text.splitlines(), start=1):
+        idx = _comment_start(line)
+        if idx is not None:
+            keep(Token("COMMENT", line[idx:].rstrip(), line=i, column=idx + 1))
+    return tree
+
+
+def _comment_start(line: str) -> int | None:
+    """Index of a `#` that starts a comment (not inside a string), or None."""
+    in_str = False
+    esc = False
+    for i, ch in enumerate(line):
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == "#":
+            return i
+    return None
+
+
+def _attach_docs(module: ast.Module) -> ast.Module:
+    """Comment lines directly above an op, rule or test become its doc."""
+    by_line = {c.line: c for c in module.comments}
+    used: set[int] = set()
+    items = []
+    for item in module.items:
+        span = getattr(item, "span", None)
+        if isinstance(item, (ast.OpDecl, ast.Rule, ast.Test)) and span is not None:
+            lines = []
+            ln = span.line - 1
+            while ln in by_line:
+                lines.append(by_line[ln])
+                ln -= 1
+            if lines:
+                lines.reverse()
+                used.update(c.line for c in lines)
+                doc = "\n".join(_strip_hash(c.text) for c in lines)
+                item = _evolve(item, doc=doc)
+        items.append(item)
+    rest = tuple(c for c in module.comments if c.line not in used)
+    return ast.Module(module.file, tuple(items), rest)
+
+
+def _strip_hash(text: str) -> str:
+    body = text[1:]
+    return body[1:] if body.startswith(" ") else body
+
+
+def _evolve(item, **changes):
+    import attrs
+
+    return attrs.evolve(item, **changes)
+
+
+# ------------------------------------------------------------------ errors
+
+_WORDS = {
+    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "STRING": "a string",
+    "LBRACE": "`{`", "RBRACE": "`}`", "LPAR": "`(`", "RPAR": "`)`", "LSQB": "`[`", "RSQB": "`]`",
+    "COMMA": "`,`", "COLON": "`:`", "EQUAL": "`=`", "DOT": "`.`", "MINUS": "`-`", "VBAR": "`|`",
+    "ELLIPSIS": "`...`", "OPTIONAL": "`?`", "__ANON_0": "`->`", "RARROW": "`->`",
+    "COMP_OP": "a comparison", "ADD_OP": "`+` or `-`", "MUL_OP": "`*`, `/`, `//` or `%`",
+    "$END": "end of file", "SHAPE": "`shape`", "DTYPE": "`dtype`", "ENCODING": "`encoding`",
+    "ATOL": "`atol`", "RTOL": "`rtol`", "STEPS": "`steps`", "TRUE": "`true`", "FALSE": "`false`",
+    "NONE": "`none`", "COMMUTATIVE": "`commutative`", "SHARED": "`shared`", "CONST": "`const`",
+}
+
+
+def _word(term: str) -> str:
+    if term in _WORDS:
+        return _WORDS[term]
+    pattern = _terminal_text(term)
+    if pattern is not None:
+        return f"`{pattern}`"
+    return term.lower()
+
+
+@functools.cache
+def _terminal_map() -> dict[str, str]:
+    out = {}
+    for t in _parser().terminals:
+        if t.pattern.type == "str":
+            out[t.name] = t.pattern.value
+    return out
+
+
+def _terminal_text(term: str) -> str | None:
+    return _terminal_map().get(term)
+
+
+_STARTERS = {"op": "an op declaration", "rule": "a rule", "test": "a test", "import": "an import"}
+
+
+def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: str) -> Diagnostic:
+    line = getattr(exc, "line", 1) or 1
+    column = getattr(exc, "column", 1) or 1
+    if line < 1:  # unexpected end of input
+        lines = text.splitlines() or [""]
+        line, column = len(lines), len(lines[-1]) + 1
+    expected: set[str] = set()
+    found = "this"
+    if isinstance(exc, lark.exceptions.UnexpectedToken):
+        expected = set(exc.accepts or exc.expected)
+        tok = exc.token
+        found = "end of file" if tok.type == "$END" else f"`{tok.value}`"
+        length = max(1, len(str(tok.value))) if tok.type != "$END" else 1
+    elif isinstance(exc, lark.exceptions.UnexpectedCharacters):
+        expected = set(exc.allowed or ())
+        found = f"`{text[exc.pos_in_stream]}`" if exc.pos_in_stream < len(text) else "end of file"
+        length = 1
+    else:
+        length = 1
+    words = sorted({_word(t) for t in expected if not t.startswith("_")})
+    hint = None
+    if expected and expected <= {"IMPORT", "OP", "RULE", "TEST", "$END"} | set(_terminal_map()):
+        kw = {v for k, v in _terminal_map().items() if k in expected}
+        if kw & set(_STARTERS):
+            words = [_STARTERS[k] for k in sorted(kw & set(_STARTERS))] + (["end of file"] if "$END" in expected else [])
+    if isinstance(exc, lark.exceptions.UnexpectedToken) and exc.token.type == "NAME":
+        keywords = [v for k, v in _terminal_map().items() if k in expected and v.isidentifier()]
+        hint = did_you_mean(str(exc.token.value), keywords)
+    if "RBRACE" in expected and found == "end of file":
+        hint = "a `{` block is not closed"
+    msg = f"unexpected {found}"
+    if words:
+        msg += "; expected " + _join(words)
+    span = Span(file, line, column, line, column + length)
+    return error(msg, span=span, hint=hint, code="syntax")
+
+
+def _join(words: list[str]) -> str:
+    if len(words) > 8:
+        words = words[:8] + ["..."]
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+# ------------------------------------------------------------ tree → AST
+
+
+def _span_of(file: str, meta_or_tok) -> Span:
+    m = meta_or_tok
+    if getattr(m, "empty", False):
+        return Span(file, 1, 1, 1, 2)
+    return Span(file, m.line, m.column, m.end_line, m.end_column)
+
+
+def _str(tok: Token) -> str:
+    return str(tok)
+
+
+def _unquote(tok: Token) -> str:
+    import json
+
+    return json.loads(tok)
+
+
+@v_args(meta=True)
+class _Builder(Transformer):
+    def __init__(self, file: str) -> None:
+        super().__init__()
+        self.file = file
+
+    def _s(self, meta) -> Span:
+        return _span_of(self.file, meta)
+
+    # modules
+    def import_decl(self, meta, ch):
+        (t,) = ch
+        if isinstance(t, Token) and t.type == "STRING":
+            return ast.Import(_unquote(t), True, span=self._s(meta))
+        return ast.Import(t, False, span=self._s(meta))
+
+    def dotted(self, meta, ch):
+        return ".".join(map(str, ch))
+
+    def qname(self, meta, ch):
+        return f"{ch[0]}.{ch[1]}"
+
+    # declarations
+    def op_decl(self, meta, ch):
+        op, *rest = ch
+        operands, results, flags, attr_decls = [], (), False, ()
+        for c in rest:
+            if isinstance(c, ast.OperandDecl):
+                operands.append(c)
+            elif isinstance(c, tuple) and c and isinstance(c[0], ast.ResultDecl):
+                results = c
+            elif c == "commutative":
+                flags = True
+            elif isinstance(c, list):
+                attr_decls = tuple(c)
+        return ast.OpDecl(op, tuple(operands), results, attr_decls, flags, span=self._s(meta))
+
+    def operand_decl(self, meta, ch):
+        name, mark = ch
+        kind = "one" if mark is None else ("optional" if mark == "?" else "variadic")
+        return ast.OperandDecl(str(name), kind, span=self._s(meta))
+
+    def result_decls(self, meta, ch):
+        return tuple(ch)
+
+    def result_decl(self, meta, ch):
+        return ast.ResultDecl(str(ch[0]), ch[1] is not None, span=self._s(meta))
+
+    def op_flag(self, meta, ch):
+        return "commutative"
+
+    def attr_decls(self, meta, ch):
+        return [c for c in ch if c is not None]
+
+    def attr_decl(self, meta, ch):
+        return ast.AttrDecl(str(ch[0]), ch[1], ch[2], span=self._s(meta))
+
+    def type_ref(self, meta, ch):
+        return ast.TypeRef(str(ch[0]), ch[1], span=self._s(meta))
+
+    # rules
+    def rule_decl(self, meta, ch):
+        name, *rest = ch
+        benefit = backends = None
+        body = []
+        for c in rest:
+            if isinstance(c, tuple) and c[0] == "benefit":
+                benefit = c[1]
+            elif isinstance(c, tuple) and c[0] == "backends":
+                backends = c[1]
+            else:
+                body.append(c)
+        return ast.Rule(str(name), tuple(body), benefit, backends, span=self._s(meta))
+
+    def benefit(self, meta, ch):
+        return ("benefit", ch[0])
+
+    def backends(self, meta, ch):
+        return ("backends", tuple(str(c) for c in ch))
+
+    def signed_int(self, meta, ch):
+        return int(ch[-1], 0) * (-1 if len(ch) == 2 else 1) if len(ch) == 1 else -int(ch[-1], 0)
+
+    def match_stmt(self, meta, ch):
+        return ast.Match(ch[0], ch[1], span=self._s(meta))
+
+    def bind_one(self, meta, ch):
+        return ast.Binders((str(ch[0]),), span=self._s(meta))
+
+    def bind_rest(self, meta, ch):
+        return ast.Binders((str(ch[0]),), True, span=self._s(meta))
+
+    def bind_many(self, meta, ch):
+        return ast.Binders(tuple(map(str, ch)), span=self._s(meta))
+
+    def bind_none(self, meta, ch):
+        return ast.Binders((), span=self._s(meta))
+
+    def op_pattern(self, meta, ch):
+        types, *rest = ch
+        operands, attr_pats, comm, shared = [], (), False, False
+        for c in rest:
+            if c is None:
+                continue
+            if isinstance(c, list):
+                attr_pats = tuple(c)
+            elif c == "commutative":
+                comm = True
+            elif c == "shared":
+                shared = True
+            else:
+                operands.append(c)
+        return ast.OpPattern(types, tuple(operands), attr_pats, comm, shared, span=self._s(meta))
+
+    def op_types(self, meta, ch):
+        return tuple(ch)
+
+    def pattern_flag(self, meta, ch):
+        return str(ch[0])
+
+    def capture(self, meta, ch):
+        return ast.Capture(str(ch[0]), ch[1], span=self._s(meta))
+
+    def wildcard(self, meta, ch):
+        return ast.Wildcard(ch[0], span=self._s(meta))
+
+    def rest_capture(self, meta, ch):
+        return ast.RestCapture(str(ch[0]), span=self._s(meta))
+
+    def nested(self, meta, ch):
+        return ch[0]
+
+    def named_nested(self, meta, ch):
+        return ast.NamedNested(str(ch[0]), ch[1], span=self._s(meta))
+
+    def alternatives(self, meta, ch):
+        return ast.Alternatives(tuple(ch), span=self._s(meta))
+
+    def value_type(self, meta, ch):
+        const, dtype, shape = False, None, None
+        for c in ch:
+            if isinstance(c, Token) and c.type == "CONST":
+                const = True
+            elif isinstance(c, Token):
+                dtype = str(c)
+            elif isinstance(c, tuple):
+                shape = c
+        return ast.ValueType(const, dtype, shape, span=self._s(meta))
+
+    def shape_pat(self, meta, ch):
+        return tuple(c for c in ch if c is not None)
+
+    def dim_int(self, meta, ch):
+        return ast.DimPat("int", int(ch[0], 0), span=self._s(meta))
+
+    def dim_capture(self, meta, ch):
+        return ast.DimPat("capture", str(ch[0]), span=self._s(meta))
+
+    def dim_any(self, meta, ch):
+        return ast.DimPat("any", span=self._s(meta))
+
+    def dim_rest(self, meta, ch):
+        return ast.DimPat("rest", span=self._s(meta))
+
+    def attr_pats(self, meta, ch):
+        return [c for c in ch if c is not None]
+
+    def attr_pat(self, meta, ch):
+        kind, value = ch[1]
+        return ast.AttrPat(str(ch[0]), kind, value, span=self._s(meta))
+
+    def attr_capture(self, meta, ch):
+        return ("capture", str(ch[0]))
+
+    def attr_any(self, meta, ch):
+        return ("any", None)
+
+    def attr_literal(self, meta, ch):
+        return ("literal", ch[0])
+
+    def attr_lit(self, meta, ch):
+        c = ch[0]
+        if isinstance(c, ast.Literal):
+            return c.value
+        if isinstance(c, ast.Unary):
+            return -c.operand.value
+        return _token_value(c)
+
+    # statements
+    def require_stmt(self, meta, ch):
+        return ast.Require(ch[0], span=self._s(meta))
+
+    def let_stmt(self, meta, ch):
+        return ast.Let(str(ch[0]), ch[1], span=self._s(meta))
+
+    def fail_stmt(self, meta, ch):
+        return ast.Fail(ch[0], span=self._s(meta))
+
+    def emit_stmt(self, meta, ch):
+        block = len(ch) != 1 or not _single_line(meta)
+        return ast.Emit(tuple(ch), block, span=self._s(meta))
+
+    def emit_item(self, meta, ch):
+        binders, (kind, payload) = ch
+        s = self._s(meta)
+        if kind == "op":
+            op, args, params, props = payload
+            return ast.EmitOp(binders, op, args, params, props, span=s)
+        if kind == "alias":
+            return ast.EmitAlias(binders, payload, span=s)
+        expr, props = payload
+        return ast.EmitTensor(binders, expr, props, span=s)
+
+    def emit_op(self, meta, ch):
+        op, *rest = ch
+        args, params, props = [], (), ()
+        for c in rest:
+            if c is None:
+                continue
+            if isinstance(c, ast.Arg):
+                args.append(c)
+            elif isinstance(c, _Params):
+                params = c.items
+            elif isinstance(c, _Props):
+                props = c.items
+        return ("op", (op, tuple(args), params, props))
+
+    def emit_alias(self, meta, ch):
+        return ("alias", str(ch[0]))
+
+    def emit_tensor(self, meta, ch):
+        props = ch[1].items if len(ch) > 1 and ch[1] is not None else ()
+        return ("tensor", (ch[0], props))
+
+    def arg_value(self, meta, ch):
+        return ast.Arg("value", str(ch[0]), span=self._s(meta))
+
+    def arg_rest(self, meta, ch):
+        return ast.Arg("rest", str(ch[0]), span=self._s(meta))
+
+    def arg_none(self, meta, ch):
+        return ast.Arg("none", span=self._s(meta))
+
+    def arg_tensor(self, meta, ch):
+        return ast.Arg("tensor", expr=ch[0], span=self._s(meta))
+
+    def params(self, meta, ch):
+        return _Params(tuple(c for c in ch if c is not None))
+
+    def param(self, meta, ch):
+        return ast.Param(str(ch[0]), ch[1], span=self._s(meta))
+
+    def value_props(self, meta, ch):
+        return _Props(tuple(ch))
+
+    def value_prop(self, meta, ch):
+        return ast.ValueProp(str(ch[0]), ch[1], span=self._s(meta))
+
+    # tests
+    def test_decl(self, meta, ch):
+        name, rule, *rest = ch
+        backends = None
+        body = []
+        for c in rest:
+            if isinstance(c, tuple) and c and c[0] == "backends":
+                backends = c[1]
+            elif c is not None:
+                body.append(c)
+        return ast.Test(str(name), tuple(body), str(rule) if rule is not None else None, backends,
+                        span=self._s(meta))
+
+    def test_backends(self, meta, ch):
+        return ("backends", tuple(str(c) for c in ch))
+
+    def test_input(self, meta, ch):
+        return ast.TestInput(str(ch[0]), ch[1], ch[2].items if ch[2] is not None else (), span=self._s(meta))
+
+    def test_const(self, meta, ch):
+        return ast.TestConst(str(ch[0]), ch[1], ch[2], ch[3].items if ch[3] is not None else (),
+                             span=self._s(meta))
+
+    def tensor_type(self, meta, ch):
+        return ast.TensorType(str(ch[0]), tuple(c for c in ch[1:] if c is not None), span=self._s(meta))
+
+    def dim_range(self, meta, ch):
+        return ast.DimRange(int(ch[0], 0), int(ch[1], 0) if ch[1] is not None else None, span=self._s(meta))
+
+    def test_graph(self, meta, ch):
+        return ast.TestGraph(tuple(ch), block=not (len(ch) == 1 and _single_line(meta)), span=self._s(meta))
+
+    def graph_node(self, meta, ch):
+        binders, op, *rest = ch
+        args, params, props = [], (), ()
+        for c in rest:
+            if c is None:
+                continue
+            if isinstance(c, ast.Arg):
+                args.append(c)
+            elif isinstance(c, _Params):
+                params = c.items
+            elif isinstance(c, _Props):
+                props = c.items
+        return ast.GraphNode(binders, op, tuple(args), params, props, span=self._s(meta))
+
+    def expect_ops(self, meta, ch):
+        return ast.Expect("ops", ops=tuple(ch), span=self._s(meta))
+
+    def expect_no_ops(self, meta, ch):
+        return ast.Expect("no_ops", span=self._s(meta))
+
+    def expect_close(self, meta, ch):
+        return ast.Expect("close", tolerances=tuple(ch), span=self._s(meta))
+
+    def expect_error(self, meta, ch):
+        return ast.Expect("error", text=_unquote(ch[0]), span=self._s(meta))
+
+    def expect_rule(self, meta, ch):
+        return ast.Expect("rule", text=str(ch[0]), span=self._s(meta))
+
+    def tolerance(self, meta, ch):
+        return (str(ch[0]), float(ch[1].value))
+
+    # expressions
+    def conditional(self, meta, ch):
+        return ast.Conditional(ch[0], ch[1], ch[2], span=self._s(meta))
+
+    def or_(self, meta, ch):
+        return ast.Binary("or", ch[0], ch[1], span=self._s(meta))
+
+    def and_(self, meta, ch):
+        return ast.Binary("and", ch[0], ch[1], span=self._s(meta))
+
+    def not_(self, meta, ch):
+        return ast.Unary("not", ch[0], span=self._s(meta))
+
+    def compare(self, meta, ch):
+        return ast.Binary(str(ch[1]), ch[0], ch[2], span=self._s(meta))
+
+    def contains(self, meta, ch):
+        return ast.Binary("in", ch[0], ch[1], span=self._s(meta))
+
+    def not_contains(self, meta, ch):
+        return ast.Binary("not in", ch[0], ch[1], span=self._s(meta))
+
+    def concat(self, meta, ch):
+        return ast.Binary("++", ch[0], ch[1], span=self._s(meta))
+
+    def binop(self, meta, ch):
+        return ast.Binary(str(ch[1]), ch[0], ch[2], span=self._s(meta))
+
+    def neg(self, meta, ch):
+        return ast.Unary("-", ch[0], span=self._s(meta))
+
+    def index(self, meta, ch):
+        return ast.Index(ch[0], ch[1], span=self._s(meta))
+
+    def slice(self, meta, ch):
+        return ast.Slice(ch[0], ch[1], ch[2], span=self._s(meta))
+
+    def call(self, meta, ch):
+        return ast.Call(str(ch[0]), tuple(c for c in ch[1:] if c is not None), span=self._s(meta))
+
+    def name(self, meta, ch):
+        return ast.Name(str(ch[0]), span=self._s(meta))
+
+    def list(self, meta, ch):
+        return ast.ListExpr(tuple(c for c in ch if c is not None), span=self._s(meta))
+
+    def literal(self, meta, ch):
+        c = ch[0]
+        if isinstance(c, ast.Literal):
+            return c
+        return ast.Literal(_token_value(c), span=self._s(meta))
+
+    def int_lit(self, meta, ch):
+        return ast.Literal(int(ch[0], 0), span=self._s(meta))
+
+    def float_lit(self, meta, ch):
+        return ast.Literal(float(ch[0]), span=self._s(meta))
+
+    def negative(self, meta, ch):
+        lit = ch[0]
+        return ast.Literal(-lit.value, span=self._s(meta))
+
+
+class _Params:
+    def __init__(self, items):
+        self.items = items
+
+
+class _Props:
+    def __init__(self, items):
+        self.items = items
+
+
+def _token_value(tok: Token):
+    if tok.type == "STRING":
+        return _unquote(tok)
+    if tok.type == "TRUE":
+        return True
+    if tok.type == "FALSE":
+        return False
+    if tok.type == "NONE":
+        return None
+    if tok.type == "INT":
+        return int(tok, 0)
+    if tok.type == "FLOAT":
+        return float(tok)
+    return str(tok)
+
+
+def _single_line(meta) -> bool:
+    return getattr(meta, "line", 0) == getattr(meta, "end_line", -1)
