@@ -414,6 +414,7 @@ class Test:
 class Comment:
     line: int
     text: str
+    own_line: bool = True  # False for a comment trailing code on its line
 
 
 Item = Union[Import, OpDecl, Rule, Test]

@@ -28,8 +28,8 @@ def parse(text: str, file: str = "<string>") -> ast.Module:
     """Parse .qpat text; raises QlowerError with one located diagnostic on bad syntax."""
     comments: list[ast.Comment] = []
 
-    def keep(tok: Token) -> None:
-        comments.append(ast.Comment(tok.line, tok.value))
+    def keep(line: int, body: str, own_line: bool) -> None:
+        comments.append(ast.Comment(line, body, own_line))
 
     try:
         tree = _parse_with_comments(text, keep)
@@ -55,7 +55,7 @@ def _parse_with_comments(text: str, keep) -> lark.Tree:
     for i, line in enumerate(text.splitlines(), start=1):
         idx = _comment_start(line)
         if idx is not None:
-            keep(Token("COMMENT", line[idx:].rstrip(), line=i, column=idx + 1))
+            keep(i, line[idx:].rstrip(), not line[:idx].strip())
     return tree
 
 
@@ -88,7 +88,7 @@ def _attach_docs(module: ast.Module) -> ast.Module:
         if isinstance(item, (ast.OpDecl, ast.Rule, ast.Test)) and span is not None:
             lines = []
             ln = span.line - 1
-            while ln in by_line:
+            while ln in by_line and by_line[ln].own_line:
                 lines.append(by_line[ln])
                 ln -= 1
             if lines:

@@ -45,7 +45,7 @@ class ShapeError(Exception):
     """The inputs and params of an op do not fit together."""
 
 
-_REQUIRED = object()
+REQUIRED = object()
 
 
 def fmt(shape: Sequence[int]) -> str:
@@ -82,12 +82,12 @@ class Call:
     def _get(self, name: str, default: Any) -> Any:
         value = self.params.get(name)
         if value is None:
-            if default is _REQUIRED:
+            if default is REQUIRED:
                 raise self.fail(f"param '{name}' is required but missing")
             return default
         return value
 
-    def scalar(self, name: str, default: Any = _REQUIRED) -> int:
+    def scalar(self, name: str, default: Any = REQUIRED) -> int:
         """An integer scalar param (a 1-element array is accepted)."""
         value = self._get(name, default)
         arr = np.asarray(value)
@@ -98,7 +98,7 @@ class Call:
     def flag(self, name: str, default: bool = False) -> bool:
         return bool(np.asarray(self._get(name, default)).reshape(()))
 
-    def ints(self, name: str, default: Any = _REQUIRED, shape: Sequence[int] | None = None) -> np.ndarray:
+    def ints(self, name: str, default: Any = REQUIRED, shape: Sequence[int] | None = None) -> np.ndarray:
         """An integer tensor param as int64; with `shape`, its shape is checked."""
         arr = np.asarray(self._get(name, default))
         if arr.size and not np.issubdtype(arr.dtype, np.integer) and not np.issubdtype(arr.dtype, np.bool_):
@@ -112,7 +112,7 @@ class Call:
                 raise self.fail(f"param '{name}' must have shape {fmt(shape)}, got {fmt(arr.shape)}")
         return arr
 
-    def axis(self, name: str, rank: int, default: Any = _REQUIRED, allow_end: bool = False) -> int:
+    def axis(self, name: str, rank: int, default: Any = REQUIRED, allow_end: bool = False) -> int:
         """An axis param checked against `rank` (`allow_end`: rank itself is valid)."""
         a = self.scalar(name, default)
         hi = rank if allow_end else rank - 1
@@ -120,7 +120,7 @@ class Call:
             raise self.fail(f"param '{name}' = {a} is out of range for a rank-{rank} input (valid: 0..{hi})")
         return a
 
-    def axes(self, name: str, rank: int, default: Any = _REQUIRED) -> list[int]:
+    def axes(self, name: str, rank: int, default: Any = REQUIRED) -> list[int]:
         """A list of distinct axes, each in [0, rank-1]."""
         values = [int(a) for a in self.ints(name, default).reshape(-1)]
         for a in values:
