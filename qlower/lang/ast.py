@@ -308,7 +308,9 @@ EmitItem = Union[EmitOp, EmitAlias, EmitTensor]
 @node
 class Emit:
     items: tuple[EmitItem, ...]
-    block: bool = True
+    # Layout only (`emit { ... }` over several lines vs `emit item`); the formatter
+    # may change it (e.g. when wrapping a long item), so it is not part of equality.
+    block: bool = attrs.field(default=True, eq=False)
     span: Span = _span()
 
 
@@ -380,7 +382,7 @@ class GraphNode:
 @node
 class TestGraph:
     nodes: tuple[GraphNode, ...]
-    block: bool = False
+    block: bool = attrs.field(default=False, eq=False)  # layout only, like Emit.block
     span: Span = _span()
 
 

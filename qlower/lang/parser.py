@@ -7,6 +7,7 @@ author's words, never lark's token names.
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import lark
@@ -33,10 +34,23 @@ def parse(text: str, file: str = "<string>") -> ast.Module:
 
     try:
         tree = _parse_with_comments(text, keep)
+        items = _Builder(file).transform(tree).children
     except lark.exceptions.UnexpectedInput as exc:
         raise QlowerError(_syntax_diagnostic(exc, text, file)) from None
-    items = _Builder(file).transform(tree).children
+    except lark.exceptions.VisitError as exc:
+        # A bad literal (string escape, oversized integer) found while building the tree.
+        if isinstance(exc.orig_exc, QlowerError):
+            raise exc.orig_exc from None
+        if isinstance(exc.orig_exc, RecursionError):
+            raise QlowerError(_too_deep(file)) from None
+        raise
+    except RecursionError:
+        raise QlowerError(_too_deep(file)) from None
     return _attach_docs(ast.Module(file, tuple(items), tuple(comments)))
+
+
+def _too_deep(file: str) -> Diagnostic:
+    return error("expression is nested too deeply", span=Span(file, 1, 1, 1, 2), code="syntax")
 
 
 def parse_file(path: str | Path) -> ast.Module:
@@ -52,7 +66,9 @@ def _parse_with_comments(text: str, keep) -> lark.Tree:
     # lexer_callbacks need a parser built with them; comments are rare enough
     # that re-scanning them separately is simpler and keeps one cached parser.
     tree = _parser().parse(text)
-    for i, line in enumerate(text.splitlines(), start=1):
+    # Split on "\n" only: that is how lark counts lines (str.splitlines also
+    # breaks on \r, \x0c, \u2028..., which may sit inside strings).
+    for i, line in enumerate(text.split("\n"), start=1):
         idx = _comment_start(line)
         if idx is not None:
             keep(i, line[idx:].rstrip(), not line[:idx].strip())
@@ -155,7 +171,7 @@ def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: st
     line = getattr(exc, "line", 1) or 1
     column = getattr(exc, "column", 1) or 1
     if line < 1:  # unexpected end of input
-        lines = text.splitlines() or [""]
+        lines = text.split("\n")
         line, column = len(lines), len(lines[-1]) + 1
     expected: set[str] = set()
     found = "this"
@@ -163,10 +179,13 @@ def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: st
         expected = set(exc.accepts or exc.expected)
         tok = exc.token
         found = "end of file" if tok.type == "$END" else f"`{tok.value}`"
+        if tok.type == "$END" and getattr(tok, "end_line", None):
+            # lark places $END at the last token; point just past it instead.
+            line, column = tok.end_line, tok.end_column
         length = max(1, len(str(tok.value))) if tok.type != "$END" else 1
     elif isinstance(exc, lark.exceptions.UnexpectedCharacters):
         expected = set(exc.allowed or ())
-        found = f"`{text[exc.pos_in_stream]}`" if exc.pos_in_stream < len(text) else "end of file"
+        found = _shown_char(text[exc.pos_in_stream]) if exc.pos_in_stream < len(text) else "end of file"
         length = 1
     else:
         length = 1
@@ -186,6 +205,11 @@ def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: st
         msg += "; expected " + _join(words)
     span = Span(file, line, column, line, column + length)
     return error(msg, span=span, hint=hint, code="syntax")
+
+
+def _shown_char(ch: str) -> str:
+    """A character as a message shows it: control and odd characters escaped."""
+    return f"`{ch}`" if ch.isprintable() else f"`{ascii(ch)[1:-1]}`"
 
 
 def _join(words: list[str]) -> str:
@@ -210,10 +234,31 @@ def _str(tok: Token) -> str:
     return str(tok)
 
 
-def _unquote(tok: Token) -> str:
-    import json
+def _unquote(tok: Token, file: str) -> str:
+    """A STRING token's text; a bad escape is a located syntax error."""
+    try:
+        # strict=False: raw tabs and other control characters are allowed inside strings.
+        return json.loads(tok, strict=False)
+    except ValueError as exc:
+        msg = getattr(exc, "msg", str(exc))
+        raise QlowerError(error(f"bad string literal: {msg.lower()}", span=_token_span(file, tok),
+                                hint='escapes are JSON-style: \\" \\\\ \\n \\t \\uXXXX',
+                                code="syntax")) from None
 
-    return json.loads(tok)
+
+def _int(tok: Token, file: str) -> int:
+    """An INT token's value: decimal (leading zeros allowed) or 0x hex."""
+    text = str(tok)
+    try:
+        return int(text[2:], 16) if text.startswith("0x") else int(text, 10)
+    except ValueError:  # more digits than Python converts
+        raise QlowerError(error("integer literal is too long", span=_token_span(file, tok),
+                                code="syntax")) from None
+
+
+def _token_span(file: str, tok: Token) -> Span:
+    line, col = tok.line or 1, tok.column or 1
+    return Span(file, line, col, tok.end_line or line, tok.end_column or col + 1)
 
 
 @v_args(meta=True)
@@ -229,7 +274,7 @@ class _Builder(Transformer):
     def import_decl(self, meta, ch):
         (t,) = ch
         if isinstance(t, Token) and t.type == "STRING":
-            return ast.Import(_unquote(t), True, span=self._s(meta))
+            return ast.Import(_unquote(t, self.file), True, span=self._s(meta))
         return ast.Import(t, False, span=self._s(meta))
 
     def dotted(self, meta, ch):
@@ -297,7 +342,10 @@ class _Builder(Transformer):
         return ("backends", tuple(str(c) for c in ch))
 
     def signed_int(self, meta, ch):
-        return int(ch[-1], 0) * (-1 if len(ch) == 2 else 1) if len(ch) == 1 else -int(ch[-1], 0)
+        return _int(ch[0], self.file)
+
+    def negative_int(self, meta, ch):
+        return -_int(ch[0], self.file)
 
     def match_stmt(self, meta, ch):
         return ast.Match(ch[0], ch[1], span=self._s(meta))
@@ -369,7 +417,7 @@ class _Builder(Transformer):
         return tuple(c for c in ch if c is not None)
 
     def dim_int(self, meta, ch):
-        return ast.DimPat("int", int(ch[0], 0), span=self._s(meta))
+        return ast.DimPat("int", _int(ch[0], self.file), span=self._s(meta))
 
     def dim_capture(self, meta, ch):
         return ast.DimPat("capture", str(ch[0]), span=self._s(meta))
@@ -402,7 +450,7 @@ class _Builder(Transformer):
             return c.value
         if isinstance(c, ast.Unary):
             return -c.operand.value
-        return _token_value(c)
+        return _token_value(c, self.file)
 
     # statements
     def require_stmt(self, meta, ch):
@@ -501,7 +549,8 @@ class _Builder(Transformer):
         return ast.TensorType(str(ch[0]), tuple(c for c in ch[1:] if c is not None), span=self._s(meta))
 
     def dim_range(self, meta, ch):
-        return ast.DimRange(int(ch[0], 0), int(ch[1], 0) if ch[1] is not None else None, span=self._s(meta))
+        hi = _int(ch[1], self.file) if ch[1] is not None else None
+        return ast.DimRange(_int(ch[0], self.file), hi, span=self._s(meta))
 
     def test_graph(self, meta, ch):
         return ast.TestGraph(tuple(ch), block=not (len(ch) == 1 and _single_line(meta)), span=self._s(meta))
@@ -530,7 +579,7 @@ class _Builder(Transformer):
         return ast.Expect("close", tolerances=tuple(ch), span=self._s(meta))
 
     def expect_error(self, meta, ch):
-        return ast.Expect("error", text=_unquote(ch[0]), span=self._s(meta))
+        return ast.Expect("error", text=_unquote(ch[0], self.file), span=self._s(meta))
 
     def expect_rule(self, meta, ch):
         return ast.Expect("rule", text=str(ch[0]), span=self._s(meta))
@@ -588,10 +637,10 @@ class _Builder(Transformer):
         c = ch[0]
         if isinstance(c, ast.Literal):
             return c
-        return ast.Literal(_token_value(c), span=self._s(meta))
+        return ast.Literal(_token_value(c, self.file), span=self._s(meta))
 
     def int_lit(self, meta, ch):
-        return ast.Literal(int(ch[0], 0), span=self._s(meta))
+        return ast.Literal(_int(ch[0], self.file), span=self._s(meta))
 
     def float_lit(self, meta, ch):
         return ast.Literal(float(ch[0]), span=self._s(meta))
@@ -611,9 +660,9 @@ class _Props:
         self.items = items
 
 
-def _token_value(tok: Token):
+def _token_value(tok: Token, file: str):
     if tok.type == "STRING":
-        return _unquote(tok)
+        return _unquote(tok, file)
     if tok.type == "TRUE":
         return True
     if tok.type == "FALSE":
@@ -621,7 +670,7 @@ def _token_value(tok: Token):
     if tok.type == "NONE":
         return None
     if tok.type == "INT":
-        return int(tok, 0)
+        return _int(tok, file)
     if tok.type == "FLOAT":
         return float(tok)
     return str(tok)

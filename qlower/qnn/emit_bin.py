@@ -105,7 +105,9 @@ def _check_encoding(t: QnnTensor, subject: str) -> None:
     k = e.kind
     if k is EncodingKind.UNDEFINED:
         raise _fail("encoding kind UNDEFINED: use encoding=None for an unquantized tensor", subject)
-    if len(e.scales) != len(e.offsets) or not e.scales:
+    if not e.scales:
+        raise _fail(f"{k.name} needs at least one scale", subject)
+    if len(e.scales) != len(e.offsets):
         raise _fail(f"{k.name} needs as many offsets as scales (got {len(e.scales)} scales, "
                     f"{len(e.offsets)} offsets)", subject)
     if any(not (-2**31 <= o < 2**31) for o in e.offsets):

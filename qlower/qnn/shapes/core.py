@@ -15,10 +15,7 @@ import numpy as np
 
 
 def _shape(value: Iterable[Any]) -> tuple[int, ...]:
-    dims = tuple(int(d) for d in value)
-    if any(d < 0 for d in dims):
-        raise ValueError(f"shape {list(dims)} has a negative dimension")
-    return dims
+    return tuple(int(d) for d in value)
 
 
 def _dtype(value: Any) -> str:
@@ -87,20 +84,31 @@ class Call:
             return default
         return value
 
+    def _array(self, name: str, default: Any) -> np.ndarray:
+        try:
+            arr = np.asarray(self._get(name, default))
+        except (TypeError, ValueError) as exc:
+            raise self.fail(f"param '{name}' is not a rectangular array of numbers") from exc
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise self.fail(f"param '{name}' must be numeric, got {arr.dtype.name} values")
+        return arr
+
     def scalar(self, name: str, default: Any = REQUIRED) -> int:
         """An integer scalar param (a 1-element array is accepted)."""
-        value = self._get(name, default)
-        arr = np.asarray(value)
+        arr = self.ints(name, default)
         if arr.size != 1:
             raise self.fail(f"param '{name}' must be a scalar, got shape {fmt(arr.shape)}")
         return int(arr.reshape(()))
 
     def flag(self, name: str, default: bool = False) -> bool:
-        return bool(np.asarray(self._get(name, default)).reshape(()))
+        arr = self._array(name, default)
+        if arr.size != 1:
+            raise self.fail(f"param '{name}' must be a scalar, got shape {fmt(arr.shape)}")
+        return bool(arr.reshape(()))
 
     def ints(self, name: str, default: Any = REQUIRED, shape: Sequence[int] | None = None) -> np.ndarray:
         """An integer tensor param as int64; with `shape`, its shape is checked."""
-        arr = np.asarray(self._get(name, default))
+        arr = self._array(name, default)
         if arr.size and not np.issubdtype(arr.dtype, np.integer) and not np.issubdtype(arr.dtype, np.bool_):
             if not np.all(np.equal(np.mod(arr, 1), 0)):
                 raise self.fail(f"param '{name}' must hold integers")

@@ -1,0 +1,294 @@
+"""The graph every stage works on: op and value nodes in a networkx MultiDiGraph.
+
+Edges run value → op (key = operand index) and op → value (key = result
+index). Ops and values also keep their operand/result/user lists, so the
+matcher walks plain Python lists; every mutation goes through `Graph` methods,
+which keep the two views in step. Rewrites that only change an op's type and
+attributes touch neither (the cheap path that lowering takes most often).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import attrs
+import networkx as nx
+import numpy as np
+
+from qlower.graph.types import Quant
+
+
+@attrs.define(eq=False, repr=False)
+class Value:
+    """A tensor: dtype, shape, optional encoding and constant data."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...] | None
+    quant: Quant | None = None
+    data: np.ndarray | None = None
+    producer: Op | None = None
+    users: list[tuple[Op, int]] = attrs.Factory(list)
+    is_input: bool = False
+    is_output: bool = False
+
+    @property
+    def use_count(self) -> int:
+        return len(self.users)
+
+    @property
+    def is_const(self) -> bool:
+        return self.data is not None
+
+    def __repr__(self) -> str:
+        return f"Value({self.name}: {self.dtype}{list(self.shape) if self.shape is not None else '[?]'})"
+
+
+@attrs.frozen
+class Provenance:
+    """Which rule emitted an op, from which source node."""
+
+    rule: str
+    location: str  # file:line:col of the rule
+    source: str  # name of the matched root node
+
+    def __str__(self) -> str:
+        return f"rule {self.rule} at {self.location}"
+
+
+@attrs.define(eq=False, repr=False)
+class Op:
+    """An operation of some dialect (`mllm.Repeat`, `qnn.Tile`)."""
+
+    name: str
+    type: str
+    attrs: dict[str, Any]
+    operands: list[Value | None]
+    results: list[Value]
+    provenance: Provenance | None = None
+    dead: bool = False
+
+    @property
+    def dialect(self) -> str:
+        return self.type.split(".", 1)[0]
+
+    def __repr__(self) -> str:
+        return f"Op({self.name}: {self.type})"
+
+
+class GraphError(Exception):
+    """A structural mistake in building or editing a graph (a bug in the caller)."""
+
+
+class Graph:
+    """A model graph; see the module docstring for how it is stored."""
+
+    def __init__(self, name: str = "graph") -> None:
+        self.name = name
+        self.nx = nx.MultiDiGraph()
+        self._values: dict[str, Value] = {}
+        self._ops: dict[str, Op] = {}
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+
+    # ---------------------------------------------------------------- reading
+    def value(self, name: str) -> Value:
+        return self._values[name]
+
+    def op(self, name: str) -> Op:
+        return self._ops[name]
+
+    def has_value(self, name: str) -> bool:
+        return name in self._values
+
+    def has_op(self, name: str) -> bool:
+        return name in self._ops
+
+    @property
+    def values(self) -> Iterable[Value]:
+        return self._values.values()
+
+    @property
+    def ops(self) -> Iterable[Op]:
+        """Ops in insertion order (not necessarily execution order: see `topo_order`)."""
+        return self._ops.values()
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def topo_order(self) -> list[Op]:
+        """Ops in a deterministic execution order; raises GraphError on a cycle."""
+        pending = {}
+        ready = []
+        for op in self._ops.values():
+            n = sum(1 for v in op.operands if v is not None and v.producer is not None)
+            if n:
+                pending[op] = n
+            else:
+                ready.append(op)
+        order: list[Op] = []
+        i = 0
+        while i < len(ready):
+            op = ready[i]
+            i += 1
+            order.append(op)
+            for r in op.results:
+                for user, _ in r.users:
+                    left = pending[user] - 1
+                    if left:
+                        pending[user] = left
+                    else:
+                        del pending[user]
+                        ready.append(user)
+        if pending:
+            stuck = sorted(o.name for o in pending)
+            raise GraphError(f"the graph has a cycle through {', '.join(stuck[:5])}")
+        return order
+
+    # --------------------------------------------------------------- building
+    def add_value(self, name: str, dtype: Any, shape: Sequence[int] | None, *, quant: Quant | None = None,
+                  data: np.ndarray | None = None) -> Value:
+        if name in self._values:
+            raise GraphError(f"duplicate value name {name}")
+        v = Value(name, np.dtype(dtype), tuple(int(d) for d in shape) if shape is not None else None,
+                  quant, data)
+        self._values[name] = v
+        self.nx.add_node(v)
+        return v
+
+    def add_op(self, name: str, type: str, operands: Sequence[Value | None], results: Sequence[Value],
+               attrs: dict[str, Any] | None = None, provenance: Provenance | None = None) -> Op:
+        if name in self._ops:
+            raise GraphError(f"duplicate op name {name}")
+        op = Op(name, type, dict(attrs or {}), list(operands), list(results), provenance)
+        g = self.nx
+        g.add_node(op)
+        for i, v in enumerate(op.operands):
+            if v is not None:
+                v.users.append((op, i))
+                g.add_edge(v, op, i)
+        for i, r in enumerate(op.results):
+            if r.producer is not None:
+                raise GraphError(f"value {r.name} already has producer {r.producer.name}")
+            r.producer = op
+            g.add_edge(op, r, i)
+        self._ops[name] = op
+        return op
+
+    def set_io(self, inputs: Sequence[Value], outputs: Sequence[Value]) -> None:
+        for v in self.inputs:
+            v.is_input = False
+        for v in self.outputs:
+            v.is_output = False
+        self.inputs, self.outputs = list(inputs), list(outputs)
+        for v in self.inputs:
+            v.is_input = True
+        for v in self.outputs:
+            v.is_output = True
+
+    def fresh_value_name(self, base: str) -> str:
+        return _fresh(base, self._values)
+
+    def fresh_op_name(self, base: str) -> str:
+        return _fresh(base, self._ops)
+
+    # ---------------------------------------------------------------- editing
+    def retype(self, op: Op, type: str, attrs: dict[str, Any], provenance: Provenance | None = None) -> None:
+        """Change what an op is without touching its edges."""
+        op.type = type
+        op.attrs = attrs
+        if provenance is not None:
+            op.provenance = provenance
+
+    def replace_uses(self, old: Value, new: Value) -> None:
+        """Point every user of `old` at `new` (graph outputs included)."""
+        g = self.nx
+        for user, idx in old.users:
+            user.operands[idx] = new
+            new.users.append((user, idx))
+            g.remove_edge(old, user, idx)
+            g.add_edge(new, user, idx)
+        old.users = []
+        if old.is_output:
+            self.outputs = [new if v is old else v for v in self.outputs]
+            old.is_output = False
+            new.is_output = True
+
+    def remove_op(self, op: Op) -> None:
+        """Remove an op; its results must have no users left."""
+        for r in op.results:
+            if r.users:
+                raise GraphError(f"cannot remove {op.name}: result {r.name} is still used")
+        for i, v in enumerate(op.operands):
+            if v is not None:
+                v.users.remove((op, i))
+        for r in op.results:
+            r.producer = None
+        self.nx.remove_node(op)
+        del self._ops[op.name]
+        op.dead = True
+
+    def detach_op(self, op: Op) -> None:
+        """Remove an op but keep its result values (now without producer) and their users."""
+        for i, v in enumerate(op.operands):
+            if v is not None:
+                v.users.remove((op, i))
+        for r in op.results:
+            r.producer = None
+        self.nx.remove_node(op)
+        del self._ops[op.name]
+        op.dead = True
+
+    def remove_value(self, v: Value) -> None:
+        if v.users or v.producer is not None:
+            raise GraphError(f"cannot remove value {v.name}: it is still connected")
+        self.nx.remove_node(v)
+        del self._values[v.name]
+
+    def rename_value(self, v: Value, name: str) -> None:
+        if name in self._values:
+            raise GraphError(f"duplicate value name {name}")
+        del self._values[v.name]
+        v.name = name
+        self._values[name] = v
+
+    def rename_op(self, op: Op, name: str) -> None:
+        if name in self._ops:
+            raise GraphError(f"duplicate op name {name}")
+        del self._ops[op.name]
+        op.name = name
+        self._ops[name] = op
+
+    def remove_dead(self) -> int:
+        """Drop ops whose results are all unused (and not outputs), repeatedly; returns how many."""
+        removed = 0
+        work = [o for o in self._ops.values()]
+        while work:
+            op = work.pop()
+            if op.dead or any(r.users or r.is_output for r in op.results):
+                continue
+            producers = [v.producer for v in op.operands if v is not None and v.producer is not None]
+            operands = [v for v in op.operands if v is not None]
+            self.remove_op(op)
+            for r in op.results:
+                self.remove_value(r)
+            for v in operands:
+                if not v.users and v.producer is None and not v.is_input and not v.is_output:
+                    if v.name in self._values:
+                        self.remove_value(v)
+            work.extend(producers)
+            removed += 1
+        return removed
+
+    def iter_consts(self) -> Iterator[Value]:
+        return (v for v in self._values.values() if v.data is not None)
+
+
+def _fresh(base: str, taken: dict) -> str:
+    if base not in taken:
+        return base
+    i = 1
+    while f"{base}_{i}" in taken:
+        i += 1
+    return f"{base}_{i}"

@@ -1,0 +1,507 @@
+"""Checks every op of a QNN graph against the op definitions for one backend.
+
+All problems are reported in one run, as diagnostics whose subject names the
+node, its QNN type and (when known) the rule that produced it. Per-op-type
+lookup tables are built once per validation call and datatype-row matches are
+memoised per signature, so large graphs validate in about linear time.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+import attrs
+import numpy as np
+
+from qlower.diagnostics import Diagnostic, Note, did_you_mean, error, warning
+from qlower.qnn.datatypes import DataType, to_numpy
+from qlower.qnn.model import PACKAGE, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
+from qlower.qnn.opdef import (
+    ALL_CONFIGS, IODef, OpDef, OpDefRegistry, ParamDef, RankLimit, StaticRule, TargetSupplement, unknown_op,
+)
+
+_UNKNOWN = object()
+# numpy storage dtype names; STRING/UNDEFINED have none and shapes do not depend on it
+_NUMPY_NAMES = {dt: to_numpy(dt).name for dt in DataType if dt not in (DataType.STRING, DataType.UNDEFINED)}
+_MAX_NOTES = 3
+
+
+def validate_graph(graph: QnnGraph, registry: OpDefRegistry, backend: str) -> list[Diagnostic]:
+    """Every problem with every op of `graph` on `backend` (cpu, gpu, htp, dsp, lpai)."""
+    validator = _Validator.create(graph, registry, backend)
+    if isinstance(validator, Diagnostic):
+        return [validator]
+    diags: list[Diagnostic] = []
+    for op in graph.ops:
+        diags.extend(validator.check(op))
+    return diags
+
+
+def validate_op(op: OpConfig, graph: QnnGraph, registry: OpDefRegistry, backend: str) -> list[Diagnostic]:
+    """The problems of one op; `graph` supplies its tensors."""
+    validator = _Validator.create(graph, registry, backend)
+    return [validator] if isinstance(validator, Diagnostic) else validator.check(op)
+
+
+def subject_of(op: OpConfig) -> str:
+    prefix = "qnn" if op.package == PACKAGE else op.package
+    origin = f", from {op.provenance}" if op.provenance else ""
+    return f"node {op.name} ({prefix}.{op.type}{origin})"
+
+
+@attrs.frozen
+class _Row:
+    """A datatype row resolved against the master definition: every constrained entry."""
+
+    config: str
+    checks: tuple[tuple[str, frozenset[DataType]], ...]
+
+
+@attrs.frozen
+class _Plan:
+    """Everything needed to check one op type on the chosen backend."""
+
+    opdef: OpDef
+    supported: bool
+    params: Mapping[str, ParamDef]
+    param_dtypes: Mapping[str, frozenset[DataType]]
+    targets: Mapping[str, TargetSupplement]
+    rows: tuple[_Row, ...]
+    row_params: frozenset[str]  # params some row constrains
+    bindings: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
+    matches: dict[tuple, tuple[frozenset[str], tuple]] = attrs.field(factory=dict)
+
+    def limits(self, io: IODef) -> tuple[RankLimit, ...]:
+        supp = self.targets.get(io.name)
+        return io.rank_limits + (supp.rank_limits if supp else ())
+
+
+def _plan(registry: OpDefRegistry, opdef: OpDef, backend: str) -> _Plan:
+    supp = registry.supplement(opdef.name, backend, opdef.package)
+    targets = {t.name: t for t in supp.targets} if supp else {}
+    param_dtypes = {}
+    for p in opdef.params:
+        allowed = targets[p.name].datatypes if p.name in targets and targets[p.name].datatypes else p.datatypes
+        if allowed:
+            param_dtypes[p.name] = frozenset(allowed)
+    fixed = {io.name: frozenset(io.datatypes) for io in opdef.inputs + opdef.outputs
+             if io.datatypes and not io.backend_specific}
+    raw = [(r.config, dict(r.entries)) for r in supp.rows] if supp and supp.rows else []
+    if not raw:
+        implicit = {t.name: frozenset(t.datatypes) for t in targets.values() if t.kind != "Parameter" and t.datatypes}
+        raw = [(ALL_CONFIGS, implicit)] if implicit or fixed else []
+    rows = tuple(_Row(config, tuple({**fixed, **entries}.items())) for config, entries in raw)
+    params = {p.name: p for p in opdef.params}
+    row_params = frozenset(n for r in rows for n, _ in r.checks if n in params)
+    return _Plan(opdef, registry.supported(opdef.name, backend, opdef.package), params, param_dtypes, targets,
+                 rows, row_params)
+
+
+def _bind(defs: Sequence[IODef], n: int) -> tuple[int, ...]:
+    """Which definition each of `n` positional tensors belongs to (left to right)."""
+    need_after = [0] * (len(defs) + 1)
+    for i in range(len(defs) - 1, -1, -1):
+        need_after[i] = need_after[i + 1] + (1 if defs[i].mandatory else 0)
+    out: list[int] = []
+    for i, d in enumerate(defs):
+        spare = n - len(out) - need_after[i + 1]
+        if d.repeated:
+            take = max(0, min(d.max_repeat or n, spare))
+        else:
+            take = 1 if spare >= 1 or (d.mandatory and n > len(out)) else 0
+        out.extend([i] * take)
+    return tuple(out)
+
+
+def _count_text(lo: int, hi: int | None, noun: str) -> str:
+    if hi == lo:
+        return f"{lo} {noun}{'s' if lo != 1 else ''}"
+    return f"at least {lo} {noun}s" if hi is None else f"{lo} to {hi} {noun}s"
+
+
+def _applies(flagged: set[str] | frozenset[str], matched: frozenset[str]) -> bool:
+    """A config-bound restriction holds when it is unconditional or every matching row's config has it."""
+    return ALL_CONFIGS in flagged or (bool(matched) and matched <= flagged)
+
+
+def _rank_ok(rank: int, dims: tuple[int, ...], fixed: int | None) -> bool:
+    return fixed is None or rank == fixed or (fixed == 0 and dims == (1,))
+
+
+def _default_value(pd: ParamDef, in0_rank: int | None) -> Any:
+    """The default as a Python value (N and N-1 relative to rank(in[0])), or _UNKNOWN."""
+    text = (pd.default or "").strip()
+    if text in ("true", "false"):
+        return text == "true"
+    m = re.fullmatch(r"N(?:\s*-\s*(\d+))?", text)
+    if m:
+        return _UNKNOWN if in0_rank is None else in0_rank - int(m.group(1) or 0)
+    m = re.fullmatch(r"\{(.+),\.\.,\1\}", text)
+    if m:
+        text = m.group(1)
+        return ("fill", _literal(text))
+    return _literal(text)
+
+
+def _literal(text: str) -> Any:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return _UNKNOWN
+    return value if isinstance(value, (bool, int, float, list, tuple)) else _UNKNOWN
+
+
+def _equals_default(value: Any, default: Any) -> bool:
+    try:
+        if isinstance(default, tuple) and len(default) == 2 and default[0] == "fill":
+            return bool(np.all(np.asarray(value, dtype=np.float64) == float(default[1])))
+        a = np.asarray(value, dtype=np.float64).ravel()
+        b = np.asarray(default, dtype=np.float64).ravel()
+        return a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-6, atol=0.0))
+    except (TypeError, ValueError):
+        return False
+
+
+def _load_shapes() -> ModuleType | None:
+    try:
+        return importlib.import_module("qlower.qnn.shapes")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("qlower.qnn.shapes", "qlower.qnn", "qlower"):
+            return None
+        raise
+
+
+class _Validator:
+    """Per-call state: the graph's tensors, the backend and a plan per op type."""
+
+    def __init__(self, graph: QnnGraph, registry: OpDefRegistry, backend: str) -> None:
+        self.tensors = graph.tensors
+        self.registry = registry
+        self.backend = backend
+        self.label = backend.upper()
+        self.plans: dict[tuple[str, str], _Plan | None] = {}
+        self.shapes = _load_shapes()
+        self.sigs: dict[str, Any] = {}
+        self.shape_memo: dict[tuple, tuple] = {}
+
+    @classmethod
+    def create(cls, graph: QnnGraph, registry: OpDefRegistry, backend: str) -> _Validator | Diagnostic:
+        b = backend.strip().lower()
+        if b not in registry.backends:
+            return error(f"unknown backend `{backend}`; expected one of {', '.join(registry.backends)}",
+                         hint=did_you_mean(b, registry.backends), code="unknown-backend")
+        return cls(graph, registry, b)
+
+    def plan(self, op: OpConfig) -> _Plan | None:
+        key = (op.package, op.type)
+        if key not in self.plans:
+            opdef = self.registry.op(op.type, op.package)
+            self.plans[key] = _plan(self.registry, opdef, self.backend) if opdef else None
+        return self.plans[key]
+
+    def sig(self, t: QnnTensor) -> Any:
+        """The shapes module's signature of a tensor, built once per tensor."""
+        sig = self.sigs.get(t.name)
+        if sig is None:
+            sig = self.sigs[t.name] = self.shapes.Sig(tuple(t.dims), _NUMPY_NAMES.get(t.datatype, "uint8"))
+        return sig
+
+    def check(self, op: OpConfig) -> list[Diagnostic]:
+        return _OpCheck(self, op).run()
+
+
+class _OpCheck:
+    """The checks of one op; collects diagnostics instead of stopping at the first."""
+
+    def __init__(self, v: _Validator, op: OpConfig) -> None:
+        self.v = v
+        self.op = op
+        self.subject = subject_of(op)
+        self.diags: list[Diagnostic] = []
+
+    def err(self, code: str, message: str, hint: str | None = None, notes: Sequence[Note] = ()) -> None:
+        self.diags.append(error(message, subject=self.subject, hint=hint, code=code, notes=notes))
+
+    def tensor(self, name: str, where: str) -> QnnTensor | None:
+        if not name:
+            return None
+        t = self.v.tensors.get(name)
+        if t is None:
+            self.err("unknown-tensor", f"{where} refers to unknown tensor `{name}`")
+            return None
+        return None if t.type == TensorType.NULL else t
+
+    def run(self) -> list[Diagnostic]:
+        op, v = self.op, self.v
+        plan = v.plan(op)
+        if plan is None:
+            known = v.registry.names(op.package if op.package in v.registry.packages() else None)
+            self.diags.append(unknown_op(op.type, known, subject=self.subject))
+            return self.diags
+        d = plan.opdef
+        if not plan.supported:
+            self.err("unsupported-op", f"{d.name} is not supported on {v.label}",
+                     hint=self._supported_elsewhere(d))
+        ins = [self.tensor(n, f"in[{i}]") for i, n in enumerate(op.inputs)]
+        outs = [self.tensor(n, f"out[{i}]") for i, n in enumerate(op.outputs)]
+        counts_ok = self._counts(plan, d.inputs, d.input_count_range(), op.inputs, "input")
+        counts_ok &= self._counts(plan, d.outputs, d.output_count_range(), op.outputs, "output")
+        in0_rank = len(ins[0].dims) if ins and ins[0] is not None else None
+        params_ok = self._params(plan, in0_rank)
+        if counts_ok:
+            in_bind = self._binding(plan, d.inputs, len(ins))
+            out_bind = self._binding(plan, d.outputs, len(outs))
+            matched = self._datatypes(plan, ins, outs, in_bind, out_bind) if plan.supported else frozenset()
+            self._ranks(plan, d.inputs, ins, in_bind, "in", matched)
+            self._ranks(plan, d.outputs, outs, out_bind, "out", matched)
+            self._static(plan, ins, in_bind, matched)
+            self._only_default(plan, ins, in_bind, matched, in0_rank)
+            if params_ok and v.shapes is not None:
+                self._shapes(ins, outs)
+        return self.diags
+
+    def _supported_elsewhere(self, d: OpDef) -> str | None:
+        where = [b.upper() for b in self.v.registry.backends if self.v.registry.supported(d.name, b, d.package)]
+        return f"{d.name} is supported on {', '.join(where)}" if where else None
+
+    def _counts(self, plan: _Plan, defs: Sequence[IODef], span: tuple[int, int | None], names: list[str],
+                noun: str) -> bool:
+        lo, hi = span
+        n = len(names)
+        if n < lo or (hi is not None and n > hi):
+            self.err(f"{noun}-count", f"{self.op.type} takes {_count_text(lo, hi, noun)}, got {n}")
+            return False
+        ok = True
+        for i, di in enumerate(self._binding(plan, defs, n)):
+            t = self.v.tensors.get(names[i]) if names[i] else None
+            if defs[di].mandatory and (not names[i] or (t is not None and t.type == TensorType.NULL)):
+                self.err(f"{noun}-count", f"{defs[di].name} is mandatory but {noun} {i} is empty")
+                ok = False
+        return ok
+
+    def _binding(self, plan: _Plan, defs: Sequence[IODef], n: int) -> tuple[int, ...]:
+        key = n if defs is plan.opdef.inputs else -1 - n
+        if key not in plan.bindings:
+            plan.bindings[key] = _bind(defs, n)
+        return plan.bindings[key]
+
+    # ------------------------------------------------------------ params
+
+    def _params(self, plan: _Plan, in0_rank: int | None) -> bool:
+        before = len(self.diags)
+        seen: set[str] = set()
+        for p in self.op.params:
+            if p.name in seen:
+                self.err("duplicate-param", f"param `{p.name}` is given more than once")
+                continue
+            seen.add(p.name)
+            pd = plan.params.get(p.name)
+            if pd is None:
+                self.err("unknown-param", f"{plan.opdef.name} has no param `{p.name}`",
+                         hint=did_you_mean(p.name, plan.params))
+                continue
+            self._param(plan, pd, p)
+        for pd in plan.opdef.params:
+            if pd.mandatory and pd.name not in seen:
+                self.err("missing-param", f"mandatory param `{pd.name}` is missing")
+        return len(self.diags) == before
+
+    def _param(self, plan: _Plan, pd: ParamDef, p: ScalarParam | TensorParam) -> None:
+        is_scalar = isinstance(p, ScalarParam)
+        dt = p.datatype if is_scalar else p.tensor.datatype
+        allowed = plan.param_dtypes.get(pd.name)
+        if allowed is not None and dt not in allowed:
+            names = " or ".join(x.qnn_name for x in sorted(allowed))
+            self.err("param-datatype", f"param `{pd.name}` must be {names}, got {dt.qnn_name}")
+        if pd.is_scalar and not is_scalar:
+            self.err("param-shape", f"param `{pd.name}` must be a scalar, got a tensor of shape {list(p.tensor.dims)}")
+        elif pd.ndim is not None and is_scalar:
+            self.err("param-shape", f"param `{pd.name}` must be a {pd.rank} tensor, got a scalar")
+        elif not is_scalar:
+            rank = len(p.tensor.dims)
+            supp = plan.targets.get(pd.name)
+            limits = pd.rank_limits + (supp.rank_limits if supp else ())
+            if pd.ndim is not None and rank != pd.ndim:
+                self.err("param-shape", f"param `{pd.name}` must be a {pd.rank} tensor, got rank {rank}")
+            for lim in limits:
+                if lim.config == ALL_CONFIGS and not lim.allows(rank):
+                    self.err("param-shape", f"param `{pd.name}` has rank {rank}; {self.v.label} requires {lim}")
+        if pd.enum is not None and is_scalar:
+            value = p.value
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or not 0 <= value < len(pd.enum):
+                self.err("param-enum", f"param `{pd.name}` = {value!r} is not a valid {pd.name} value",
+                         hint="use one of " + ", ".join(f"{i} ({n})" for i, n in enumerate(pd.enum)))
+
+    # ------------------------------------------------------------ datatypes
+
+    def _datatypes(self, plan: _Plan, ins: list[QnnTensor | None], outs: list[QnnTensor | None],
+                   in_bind: tuple[int, ...], out_bind: tuple[int, ...]) -> frozenset[str]:
+        """Match whole datatype rows; returns the configs of the matching rows (empty if none match)."""
+        if not plan.rows:
+            return frozenset({ALL_CONFIGS})
+        values: dict[str, list[DataType]] = {}
+        for defs, tensors, bind in ((plan.opdef.inputs, ins, in_bind), (plan.opdef.outputs, outs, out_bind)):
+            for t, di in zip(tensors, bind):
+                if t is not None:
+                    values.setdefault(defs[di].name, []).append(t.datatype)
+        for p in self.op.params:
+            dt = p.datatype if isinstance(p, ScalarParam) else p.tensor.datatype
+            allowed = plan.param_dtypes.get(p.name)
+            if p.name in plan.row_params and (allowed is None or dt in allowed):
+                values[p.name] = [dt]
+        key = tuple((k, tuple(x)) for k, x in values.items())
+        if key not in plan.matches:
+            plan.matches[key] = _match(plan.rows, values)
+        matched, closest = plan.matches[key]
+        if not matched:
+            have = ", ".join(f"{k}={'/'.join(dt.name for dt in dict.fromkeys(x))}" for k, x in key)
+            notes = [Note(f"closest {row.config} row: " + "  ".join(
+                f"{n}={'|'.join(dt.name for dt in sorted(dts))}" for n, dts in row.checks)
+                + f" (differs at {', '.join(bad)})") for row, bad in closest]
+            self.err("datatype", f"datatypes {have} match no allowed combination on {self.v.label}",
+                     hint=f"see `qlower opdefs {plan.opdef.name} --backend {self.v.backend}`", notes=notes)
+        return matched
+
+    # ------------------------------------------------------------ ranks, static, defaults
+
+    def _ranks(self, plan: _Plan, defs: Sequence[IODef], tensors: list[QnnTensor | None],
+               bind: tuple[int, ...], kind: str, matched: frozenset[str]) -> None:
+        for i, (t, di) in enumerate(zip(tensors, bind)):
+            if t is None:
+                continue
+            io, rank = defs[di], len(t.dims)
+            where = f"{kind}[{i}] `{t.name}`"
+            if not _rank_ok(rank, t.dims, io.ndim):
+                self.err("rank", f"{where} has rank {rank}; {plan.opdef.name} requires rank {io.ndim}")
+                continue
+            failing: dict[str, RankLimit] = {}
+            for lim in plan.limits(io):
+                if not lim.allows(rank):
+                    failing.setdefault(lim.config, lim)
+            if failing and _applies(set(failing), matched):
+                lim = failing.get(ALL_CONFIGS) or next(iter(failing.values()))
+                self.err("rank", f"{where} has rank {rank}; {self.v.label} supports {lim}")
+
+    def _static(self, plan: _Plan, ins: list[QnnTensor | None], bind: tuple[int, ...],
+                matched: frozenset[str]) -> None:
+        defs = plan.opdef.inputs
+        for i, (t, di) in enumerate(zip(ins, bind)):
+            if t is None or t.type == TensorType.STATIC:
+                continue
+            io = defs[di]
+            supp = plan.targets.get(io.name)
+            rules = [r for r in (supp.static if supp else ()) if _rule_matches(r, t)]
+            if io.is_static or (rules and _applies({r.config for r in rules}, matched)):
+                why = ""
+                if rules and not io.is_static:
+                    r = rules[0]
+                    cond = [x for x in (r.datatype and r.datatype.name, r.encoding and f"{r.encoding} encoding") if x]
+                    why = f" on {self.v.label}" + (f" when it is {' with '.join(cond)}" if cond else "")
+                self.err("static-input", f"in[{i}] `{t.name}` must be a static tensor{why}, "
+                                         f"but it is {t.type.name}")
+
+    def _only_default(self, plan: _Plan, ins: list[QnnTensor | None], bind: tuple[int, ...],
+                      matched: frozenset[str], in0_rank: int | None) -> None:
+        for p in self.op.params:
+            supp = plan.targets.get(p.name)
+            pd = plan.params.get(p.name)
+            if pd is None or supp is None or not supp.only_default or not _applies(set(supp.only_default), matched):
+                continue
+            default = _default_value(pd, in0_rank)
+            value = p.value if isinstance(p, ScalarParam) else p.tensor.data
+            if default is _UNKNOWN or value is None:
+                self.diags.append(warning(f"param `{p.name}` is supported on {self.v.label} only at its default, "
+                                          "which qlower cannot check here", subject=self.subject,
+                                          code="param-default-only"))
+            elif not _equals_default(value, default):
+                shown = pd.default if pd.default == str(default) else f"{pd.default} = {default}"
+                self.err("param-default-only", f"param `{p.name}` must keep its default ({shown}) on "
+                                               f"{self.v.label}, got {value!r}")
+        for i, (t, di) in enumerate(zip(ins, bind)):
+            io = plan.opdef.inputs[di]
+            supp = plan.targets.get(io.name)
+            if t is not None and supp and supp.only_default and _applies(set(supp.only_default), matched):
+                self.err("input-default-only", f"optional input in[{i}] `{t.name}` is not supported on "
+                                               f"{self.v.label}; omit it")
+
+    # ------------------------------------------------------------ shapes
+
+    def _shapes(self, ins: list[QnnTensor | None], outs: list[QnnTensor | None]) -> None:
+        v = self.v
+        sigs = tuple(None if t is None else v.sig(t) for t in ins)
+        params = {p.name: (p.value if isinstance(p, ScalarParam) else p.tensor.data) for p in self.op.params}
+        params = {k: x for k, x in params.items() if x is not None}
+        key = _shape_key(self.op.type, sigs, params)
+        result = v.shape_memo.get(key) if key is not None else None
+        if result is None:
+            result = self._infer(sigs, params, outs)
+            if key is not None:
+                v.shape_memo[key] = result
+        kind, value = result
+        if kind == "error":
+            self.err("shape", value)
+        elif kind == "internal":
+            self.diags.append(warning(value, subject=self.subject, code="shape-internal"))
+        else:
+            for i, (sig, t) in enumerate(zip(value or (), outs)):
+                if t is not None and sig is not None and tuple(t.dims) != tuple(sig.shape):
+                    self.err("shape", f"out[{i}] `{t.name}` is declared with shape {list(t.dims)} "
+                                      f"but its inputs give {list(sig.shape)}")
+
+    def _infer(self, sigs: tuple[Any, ...], params: Mapping[str, Any], outs: list[QnnTensor | None]) -> tuple:
+        shapes = self.v.shapes
+        try:
+            inferred = shapes.infer(self.op.type, sigs, params)
+            if inferred is None and self.op.type == "Reshape" and sigs and sigs[0] is not None and outs \
+                    and outs[0] is not None and hasattr(shapes, "check_reshape"):
+                shapes.check_reshape(sigs[0], outs[0].dims)
+        except shapes.ShapeError as exc:
+            return ("error", str(exc))
+        except Exception as exc:  # a bug in a shape rule must not hide the other diagnostics
+            return ("internal", f"shape inference failed ({type(exc).__name__}: {exc}); shapes not checked")
+        return ("ok", tuple(inferred) if inferred is not None else None)
+
+
+def _shape_key(op_type: str, sigs: tuple[Any, ...], params: Mapping[str, Any]) -> tuple | None:
+    """A hashable key for memoising shape inference, or None when params are too big to hash cheaply."""
+    items = []
+    for k, x in params.items():
+        if isinstance(x, np.ndarray):
+            if x.size > 256:
+                return None
+            x = (x.dtype.str, x.shape, x.tobytes())
+        elif not isinstance(x, (bool, int, float, str, np.generic)):
+            return None
+        items.append((k, x))
+    return (op_type, sigs, tuple(items))
+
+
+def _rule_matches(rule: StaticRule, t: QnnTensor) -> bool:
+    if rule.datatype is not None and t.datatype != rule.datatype:
+        return False
+    if rule.encoding is not None and (t.encoding is None or t.encoding.kind.name != rule.encoding):
+        return False
+    return True
+
+
+def _match(rows: tuple[_Row, ...], values: Mapping[str, list[DataType]]) -> tuple[frozenset[str], tuple]:
+    """Configs of the rows every value fits; when none fits, the closest rows and where they differ."""
+    matched: set[str] = set()
+    scored = []
+    for row in rows:
+        bad = [name for name, allowed in row.checks if any(dt not in allowed for dt in values.get(name, ()))]
+        if not bad:
+            matched.add(row.config)
+        elif not matched:
+            scored.append((len(bad), row, bad))
+    if matched:
+        return frozenset(matched), ()
+    best = min((s for s, _, _ in scored), default=math.inf)
+    closest = tuple((row, tuple(bad)) for s, row, bad in scored if s == best)[:_MAX_NOTES]
+    return frozenset(), closest

@@ -1,0 +1,43 @@
+"""numpy reference kernels for QNN ops, keyed by QNN op type (no package prefix).
+
+Every kernel in QNN_KERNELS computes on real values: the interpreter
+dequantizes quantized inputs first and requantizes quantized outputs after, so
+a kernel returns real (float) values for an output with an encoding and values
+of the declared dtype otherwise. The kernels in RAW_IO_OPS (Quantize,
+Dequantize, Convert, Cast) are the exception: they move between stored and
+real values themselves and take the keyword-only `in_specs` (see `convert`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from qlower.reference.qnn import (
+    activation, conv, convert, elementwise, index, linalg, norm, pool, reduce, resize, shape, space,
+)
+from qlower.reference.spec import Kernel
+
+_FAMILIES: tuple[Mapping[str, Kernel], ...] = (
+    elementwise.KERNELS, activation.KERNELS, linalg.KERNELS, shape.KERNELS, space.KERNELS,
+    index.KERNELS, reduce.KERNELS, norm.KERNELS, conv.KERNELS, pool.KERNELS, resize.KERNELS,
+    convert.RAW_KERNELS,  # type: ignore[arg-type]  # called with in_specs, see RAW_IO_OPS
+)
+
+
+def _merge(families: tuple[Mapping[str, Kernel], ...]) -> Mapping[str, Kernel]:
+    merged: dict[str, Kernel] = {}
+    for fam in families:
+        for op, fn in fam.items():
+            if op in merged:
+                raise RuntimeError(f"two reference kernels for QNN op {op}")
+            merged[op] = fn
+    return MappingProxyType(dict(sorted(merged.items())))
+
+
+QNN_KERNELS: Mapping[str, Kernel] = _merge(_FAMILIES)
+
+# Ops whose kernels see stored values and input encodings (keyword `in_specs`).
+RAW_IO_OPS: frozenset[str] = frozenset(convert.RAW_KERNELS)
+
+__all__ = ["QNN_KERNELS", "RAW_IO_OPS"]

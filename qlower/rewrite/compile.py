@@ -1,0 +1,192 @@
+"""Rules compiled once into matchers and emission programs, indexed by root op type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from qlower.diagnostics import Span
+from qlower.graph.core import Op
+from qlower.lang import ast
+from qlower.rewrite.expr import compile_expr
+from qlower.rewrite.functions import EvalError, FunctionTable
+from qlower.rewrite.match import OPS, PatternCompiler
+
+Env = dict[str, Any]
+FAIL = "__fail__"
+
+
+class GuardError(Exception):
+    """A guard, let or fail message raised while a rule was being tried."""
+
+    def __init__(self, message: str, span: Span | None) -> None:
+        super().__init__(message)
+        self.span = span
+
+
+@attrs.frozen
+class CompiledRule:
+    name: str
+    rule: ast.Rule
+    order: int
+    benefit: int
+    backends: frozenset[str] | None
+    root_types: tuple[str, ...]
+    lowering: bool  # emits only qnn ops (applied once per matched op)
+    match: Callable[[Op], Env | None] = attrs.field(repr=False)
+
+    @property
+    def location(self) -> str:
+        return str(self.rule.span) if self.rule.span else "<unknown>"
+
+    def allowed_on(self, backend: str | None) -> bool:
+        return backend is None or self.backends is None or backend in self.backends
+
+
+def _bound_names(rule: ast.Rule) -> set[str]:
+    """Every name a rule can bind (captures, dims, attrs, results, lets, emitted values)."""
+    names: set[str] = set()
+
+    def operand(p):
+        if isinstance(p, ast.Capture):
+            names.add(p.name)
+            vtype(p.type)
+        elif isinstance(p, ast.Wildcard):
+            vtype(p.type)
+        elif isinstance(p, ast.RestCapture):
+            names.add(p.name)
+        elif isinstance(p, ast.OpPattern):
+            oppat(p)
+        elif isinstance(p, ast.NamedNested):
+            names.add(p.name)
+            oppat(p.pattern)
+        elif isinstance(p, ast.Alternatives):
+            for o in p.options:
+                operand(o)
+
+    def vtype(t):
+        if t is not None and t.shape:
+            names.update(d.value for d in t.shape if d.kind == "capture")
+
+    def oppat(p: ast.OpPattern):
+        for a in p.attrs:
+            if a.kind == "capture":
+                names.add(a.value)
+        for o in p.operands:
+            operand(o)
+
+    for s in rule.body:
+        if isinstance(s, ast.Match):
+            names.update(n for n in s.binders.names if n != "_")
+            oppat(s.pattern)
+        elif isinstance(s, ast.Let):
+            names.add(s.name)
+        elif isinstance(s, ast.Emit):
+            for item in s.items:
+                names.update(item.binders.names)
+    return names
+
+
+def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
+                 functions: FunctionTable) -> CompiledRule:
+    matches = rule.matches
+    if not matches:
+        raise ValueError(f"rule {rule.name} has no match statement")
+    pc = PatternCompiler(decls, functions)
+    bound = _bound_names(rule)
+    root = matches[0]
+    root_body = pc.op_body(root.pattern, root.binders.names, root.binders.rest)
+    dag = []
+    for m in matches[1:]:
+        first = m.binders.names[0] if m.binders.names else None
+        dag.append((first, pc.nested(m.pattern, m.binders.names, m.binders.rest)))
+    steps: list[tuple[str, Any, Span | None]] = []
+    for s in rule.body:
+        if isinstance(s, ast.Require):
+            steps.append(("require", compile_expr(s.expr, bound, functions), s.span))
+        elif isinstance(s, ast.Let):
+            steps.append(("let", (s.name, compile_expr(s.expr, bound, functions)), s.span))
+        elif isinstance(s, ast.Fail):
+            steps.append(("fail", compile_expr(s.message, bound, functions), s.span))
+            break
+
+    def finish(env: Env):
+        added: list[str] = []
+        try:
+            for kind, payload, span in steps:
+                if kind == "require":
+                    ok = payload(env)
+                    if ok is not True and ok is not False:
+                        raise GuardError(f"require needs true or false, got {ok!r}", span)
+                    if not ok:
+                        for a in added:
+                            del env[a]
+                        return None
+                elif kind == "let":
+                    name, fn = payload
+                    env[name] = fn(env)
+                    added.append(name)
+                else:
+                    env[FAIL] = (str(payload(env)), span)
+                    return env
+        except EvalError as exc:
+            raise GuardError(str(exc), span) from None
+        return env
+
+    def one_use(env: Env) -> bool:
+        ops = env[OPS]
+        if len(ops) == 1:
+            return True
+        inside = {id(o) for o, _ in ops}
+        for op, shared in ops[1:]:
+            if shared:
+                continue
+            for r in op.results:
+                if r.is_output:
+                    return False
+                for user, _ in r.users:
+                    if id(user) not in inside:
+                        return False
+        return True
+
+    def after_root(env: Env, i: int = 0):
+        if i < len(dag):
+            name, nested = dag[i]
+            return nested(env.get(name), env, lambda e: after_root(e, i + 1))
+        if not one_use(env):
+            return None
+        return finish(env)
+
+    def match(op: Op) -> Env | None:
+        env: Env = {OPS: []}
+        return root_body(op, env, after_root)
+
+    emitted = [i for i in rule.emits if isinstance(i, ast.EmitOp)]
+    lowering = all(i.op.startswith("qnn.") for i in emitted)
+    benefit = rule.benefit if rule.benefit is not None else pc.op_count
+    return CompiledRule(rule.name, rule, order, benefit,
+                        frozenset(rule.backends) if rule.backends is not None else None,
+                        tuple(root.pattern.op_types), lowering, match)
+
+
+@attrs.frozen
+class RuleIndex:
+    """Candidate rules per root op type, best first (benefit, then file order)."""
+
+    by_type: Mapping[str, tuple[CompiledRule, ...]]
+    rules: tuple[CompiledRule, ...]
+
+    def candidates(self, op_type: str) -> tuple[CompiledRule, ...]:
+        return self.by_type.get(op_type, ())
+
+    @classmethod
+    def build(cls, rules: Iterable[CompiledRule], backend: str | None = None) -> RuleIndex:
+        by: dict[str, list[CompiledRule]] = {}
+        kept = [r for r in rules if r.allowed_on(backend)]
+        for r in kept:
+            for t in r.root_types:
+                by.setdefault(t, []).append(r)
+        ordered = {t: tuple(sorted(rs, key=lambda r: (-r.benefit, r.order))) for t, rs in by.items()}
+        return cls(ordered, tuple(kept))

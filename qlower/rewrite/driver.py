@@ -1,0 +1,215 @@
+"""The rewrite driver: source→source rules to a bounded fixpoint, then lowering.
+
+Lowering rules (source → qnn) are tried once per source op, consumers before
+producers (reverse execution order) so multi-op patterns see their producers
+still unlowered; the best candidate by benefit that matches and emits wins.
+Source→source rules run on a worklist with a budget; a set that does not
+converge stops with an error naming the rules that kept firing.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from qlower.diagnostics import Diagnostic, Note, did_you_mean, error
+from qlower.graph.core import Graph, GraphError, Op
+from qlower.lang import ast
+from qlower.rewrite.compile import FAIL, CompiledRule, GuardError, RuleIndex, _bound_names, compile_rule
+from qlower.rewrite.emit import EmitFailure, EmitProgram, commit
+from qlower.rewrite.functions import FunctionTable, builtin_functions
+
+
+@attrs.define
+class Coverage:
+    """Per source op type: how many there were, which rules lowered them, what they became."""
+
+    count: int = 0
+    rules: dict[str, int] = attrs.Factory(dict)
+    emitted: dict[str, int] = attrs.Factory(dict)
+    unlowered: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "rules": dict(sorted(self.rules.items())),
+                "qnn_ops": dict(sorted(self.emitted.items())), "unlowered": self.unlowered}
+
+
+@attrs.define
+class RuleStats:
+    tries: int = 0
+    matches: int = 0
+    applied: int = 0
+
+
+@attrs.define
+class Outcome:
+    graph: Graph
+    diagnostics: list[Diagnostic]
+    coverage: dict[str, Coverage]
+    stats: dict[str, RuleStats]
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.is_error for d in self.diagnostics)
+
+
+def _subject(op: Op) -> str:
+    return f"node {op.name} ({op.type})"
+
+
+class Engine:
+    """A rule set compiled for one backend; reusable across graphs."""
+
+    def __init__(self, rules: Iterable[ast.Rule], decls: Mapping[str, ast.OpDecl], *, registry: Any,
+                 backend: str | None, functions: FunctionTable | None = None) -> None:
+        self.functions = functions or builtin_functions()
+        self.backend = backend
+        self.registry = registry
+        compiled: list[CompiledRule] = []
+        self.programs: dict[str, EmitProgram] = {}
+        for i, rule in enumerate(rules):
+            c = compile_rule(rule, i, decls, self.functions)
+            compiled.append(c)
+            self.programs[c.name] = EmitProgram(c, registry, self.functions, _bound_names(rule))
+        self.all_rules = tuple(compiled)
+        self.lowering = RuleIndex.build([c for c in compiled if c.lowering], backend)
+        self.source = RuleIndex.build([c for c in compiled if not c.lowering], backend)
+
+    # ------------------------------------------------------------------ run
+    def run(self, graph: Graph, *, budget_factor: int = 8) -> Outcome:
+        out = Outcome(graph, [], {}, collections.defaultdict(RuleStats))
+        reasons: dict[int, list[str]] = collections.defaultdict(list)
+        if self.source.rules:
+            self._source_phase(graph, out, reasons, budget_factor)
+        try:
+            order = graph.topo_order()
+        except GraphError as exc:
+            out.diagnostics.append(error(str(exc), code="cycle"))
+            return out
+        cov = out.coverage
+        for op in order:
+            if op.type.startswith("qnn."):
+                continue
+            c = cov.get(op.type)
+            if c is None:
+                c = cov[op.type] = Coverage()
+            c.count += 1
+        failed: set[int] = set()
+        for op in reversed(order):
+            if op.dead or op.type.startswith("qnn."):
+                continue
+            cands = self.lowering.candidates(op.type)
+            if cands:
+                self._apply_first(graph, op, cands, out, reasons, failed)
+        self._legality(graph, out, reasons, failed)
+        out.stats = dict(out.stats)
+        return out
+
+    def _apply_first(self, graph: Graph, op: Op, cands, out: Outcome, reasons,
+                     failed) -> tuple[str, list[Op]] | None:
+        """Apply the best candidate that matches and emits; None when none does."""
+        stats = out.stats
+        for rule in cands:
+            st = stats[rule.name]
+            st.tries += 1
+            try:
+                env = rule.match(op)
+            except GuardError as exc:
+                out.diagnostics.append(error(f"rule {rule.name} failed while matching: {exc}",
+                                             subject=_subject(op), span=exc.span, code="guard-error"))
+                continue
+            if env is None:
+                continue
+            st.matches += 1
+            if FAIL in env:
+                msg, span = env[FAIL]
+                out.diagnostics.append(error(msg, subject=_subject(op), span=span, code="rule-fail",
+                                             notes=[Note(f"reported by rule {rule.name}", rule.rule.span)]))
+                failed.add(id(op))
+                return None
+            try:
+                plan = self.programs[rule.name].plan(env, op, self.backend)
+            except EmitFailure as exc:
+                if exc.soft:
+                    reasons[id(op)].append(f"rule {rule.name} ({rule.location}): {exc}")
+                else:
+                    out.diagnostics.append(error(f"rule {rule.name} cannot emit: {exc}", subject=_subject(op),
+                                                 span=exc.span or rule.rule.span, code="emit-error"))
+                continue
+            root_type = op.type
+            new_ops = commit(graph, plan, env, rule)
+            st.applied += 1
+            c = out.coverage.get(root_type)
+            if c is not None:
+                c.rules[rule.name] = c.rules.get(rule.name, 0) + 1
+                for n in new_ops:
+                    c.emitted[n.type] = c.emitted.get(n.type, 0) + 1
+            return rule.name, new_ops
+        return None
+
+    def _source_phase(self, graph: Graph, out: Outcome, reasons, budget_factor: int) -> None:
+        try:
+            work = collections.deque(graph.topo_order())
+        except GraphError as exc:
+            out.diagnostics.append(error(str(exc), code="cycle"))
+            return
+        budget = budget_factor * max(len(work), 1) + 100
+        recent: collections.deque[str] = collections.deque(maxlen=32)
+        applied = 0
+        queued = {id(o) for o in work}
+        while work:
+            op = work.popleft()
+            queued.discard(id(op))
+            if op.dead:
+                continue
+            cands = self.source.candidates(op.type)
+            if not cands:
+                continue
+            done = self._apply_first(graph, op, cands, out, reasons, set())
+            if done is None:
+                continue
+            name, new_ops = done
+            applied += 1
+            recent.append(name)
+            if applied > budget:
+                names = sorted(set(recent))
+                out.diagnostics.append(error(
+                    f"source rewrites did not converge after {applied} applications; rules still firing: "
+                    f"{', '.join(names)}", code="no-fixpoint",
+                    hint="two rules probably undo each other, or a rule re-matches its own output"))
+                return
+            # revisit what the rewrite touched: the new ops and the consumers of their results
+            touched = list(new_ops)
+            for n in new_ops:
+                touched.extend(u for r in n.results for u, _ in r.users)
+            for o in touched:
+                if not o.dead and id(o) not in queued:
+                    work.append(o)
+                    queued.add(id(o))
+
+    def _legality(self, graph: Graph, out: Outcome, reasons, failed) -> None:
+        for op in graph.topo_order():
+            if op.type.startswith("qnn."):
+                continue
+            c = out.coverage.get(op.type)
+            if c is not None:
+                c.unlowered += 1
+            if id(op) in failed:
+                continue
+            cands = self.lowering.candidates(op.type)
+            notes = [Note(r, None) for r in reasons.get(id(op), [])]
+            if cands:
+                notes += [Note(f"candidate rule {r.name} did not match (qlower explain shows why)", r.rule.span)
+                          for r in cands[:3]]
+                msg = f"no rule lowers this op (its {len(cands)} candidate rule(s) did not apply)"
+                hint = None
+            else:
+                msg = "no rule lowers this op type"
+                hint = did_you_mean(op.type, list(self.lowering.by_type))
+                other = [r.name for r in self.all_rules if op.type in r.root_types]
+                if other and not hint:
+                    hint = f"rules {', '.join(other)} exist but not for backend {self.backend}"
+            out.diagnostics.append(error(msg, subject=_subject(op), hint=hint, notes=notes, code="not-lowered"))

@@ -1,0 +1,338 @@
+"""Emission: from a match to a plan, and from a plan to graph edits.
+
+Everything that can fail (param values, shapes, backend support, dangling
+results, cycles) fails while the plan is built; `commit` only applies a
+finished plan, so a rewrite either happens completely or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from qlower.diagnostics import Span
+from qlower.graph.core import Graph, Op, Provenance, Value
+from qlower.graph.types import Quant, canonical_dtype
+from qlower.lang import ast
+from qlower.qnn.params import ParamError, coerce_param
+from qlower.rewrite.compile import CompiledRule
+from qlower.rewrite.expr import compile_expr
+from qlower.rewrite.functions import EvalError, FunctionTable, RangeEncoding
+from qlower.rewrite.match import OPS
+
+Env = dict[str, Any]
+
+
+class EmitFailure(Exception):
+    """The rule matched but cannot emit here. `soft` failures (e.g. an op the
+    backend lacks) just let the next rule try; hard ones are reported."""
+
+    def __init__(self, message: str, span: Span | None, soft: bool = False) -> None:
+        super().__init__(message)
+        self.span = span
+        self.soft = soft
+
+
+class NewValue:
+    """A value the plan will create (duck-types the parts of Value expressions read)."""
+
+    __slots__ = ("local", "dtype", "shape", "quant", "data", "name", "users", "is_output", "is_input",
+                 "producer")
+
+    def __init__(self, local: str, dtype: np.dtype, shape: tuple[int, ...] | None,
+                 quant: Quant | None = None, data: np.ndarray | None = None) -> None:
+        self.local, self.dtype, self.shape, self.quant, self.data = local, dtype, shape, quant, data
+        self.name = local
+        self.users: list = []
+        self.is_output = self.is_input = False
+        self.producer = None
+
+    @property
+    def use_count(self) -> int:
+        return 0
+
+
+class NewOp:
+    __slots__ = ("type", "args", "results", "attrs", "local")
+
+    def __init__(self, type: str, args: list, results: list, attrs: dict, local: str) -> None:
+        self.type, self.args, self.results, self.attrs, self.local = type, args, results, attrs, local
+
+
+class Plan:
+    __slots__ = ("ops", "values", "aliases")
+
+    def __init__(self) -> None:
+        self.ops: list[NewOp] = []
+        self.values: list[NewValue] = []
+        self.aliases: list[tuple[Value, Any]] = []
+
+
+def _sig_of(v: Any):
+    from qlower.qnn.shapes import Sig
+
+    if v is None:
+        return None
+    if v.shape is None:
+        raise EmitFailure(f"value {v.name} has no known shape", None)
+    return Sig(v.shape, v.dtype.name)
+
+
+def _as_tensor(data: Any, dtype: str | None) -> np.ndarray:
+    arr = np.asarray(data)
+    if dtype is not None:
+        return arr.astype(dtype)
+    if arr.dtype.kind in "iu" and arr.dtype.itemsize == 8:
+        return arr.astype(np.int32)  # QNN has no 64-bit compute
+    if arr.dtype == np.float64:
+        return arr.astype(np.float32)
+    return arr
+
+
+def resolve_encoding(enc: Any, dtype: np.dtype) -> Quant | None:
+    if enc is None or isinstance(enc, Quant):
+        return enc
+    if isinstance(enc, RangeEncoding):
+        if dtype.kind not in "iu":
+            return None
+        return Quant.for_range(enc.lo, enc.hi, dtype.name)
+    raise EvalError(f"not an encoding: {enc!r}")
+
+
+class EmitProgram:
+    """The compiled emit block of one rule."""
+
+    def __init__(self, rule: CompiledRule, registry, functions: FunctionTable, bound: set[str]) -> None:
+        self.rule = rule
+        self.registry = registry
+        root = rule.rule.matches[0]
+        self.root_results = tuple(n for n in root.binders.names if n != "_")
+        self.root_rest = root.binders.rest
+        self.items = []
+        for item in rule.rule.emits:
+            props = {p.kind: (compile_expr(p.expr, bound, functions), p.span) for p in getattr(item, "props", ())}
+            if isinstance(item, ast.EmitOp):
+                params = []
+                for p in item.params:
+                    pdef = None
+                    if item.op.startswith("qnn.") and registry is not None:
+                        pdef = registry.param(item.op[4:], p.name)
+                        if pdef is None:
+                            raise ValueError(f"unknown param {p.name} for {item.op}")
+                    params.append((p.name, compile_expr(p.expr, bound, functions), pdef, p.span))
+                args = []
+                for a in item.args:
+                    args.append((a.kind, a.name, compile_expr(a.expr, bound, functions) if a.expr else None, a.span))
+                self.items.append(("op", item, args, params, props))
+            elif isinstance(item, ast.EmitAlias):
+                self.items.append(("alias", item, None, None, props))
+            else:
+                self.items.append(("tensor", item, compile_expr(item.expr, bound, functions), None, props))
+
+    # ----------------------------------------------------------------- plan
+    def plan(self, env: Env, root: Op, backend: str | None) -> Plan:
+        plan = Plan()
+        rebound = {id(env[n]) for n in self.root_results if not self.root_rest}
+        if self.root_rest:
+            rebound = {id(v) for v in env[self.root_results[0]]}
+        produced: set[int] = set()
+        for kind, item, a, b, props in self.items:
+            try:
+                if kind == "op":
+                    self._plan_op(plan, env, item, a, b, props, backend, rebound, produced)
+                elif kind == "alias":
+                    self._plan_alias(plan, env, item, rebound, produced)
+                else:
+                    self._plan_tensor(plan, env, item, a, props)
+            except EvalError as exc:
+                raise EmitFailure(str(exc), item.span) from None
+        for r in root.results:
+            if id(r) not in produced and (r.users or r.is_output):
+                raise EmitFailure(f"result {r.name} is still used but the rule does not produce it",
+                                  self.rule.rule.span)
+        return plan
+
+    def _lookup(self, env: Env, name: str, span, rebound: set[int], produced: set[int]) -> Any:
+        v = env.get(name)
+        if v is None:
+            raise EmitFailure(f"`{name}` is not bound", span)
+        if id(v) in rebound and id(v) not in produced:
+            raise EmitFailure(f"using {name} here would make the result depend on itself (a cycle)", span)
+        return v
+
+    def _plan_op(self, plan: Plan, env: Env, item: ast.EmitOp, args, params, props, backend,
+                 rebound: set[int], produced: set[int]) -> None:
+        op_type = item.op
+        is_qnn = op_type.startswith("qnn.")
+        if is_qnn and backend is not None and self.registry is not None \
+                and not self.registry.supported(op_type[4:], backend):
+            raise EmitFailure(f"{op_type[4:]} is not supported on {backend.upper()}", item.span, soft=True)
+        operands: list[Any] = []
+        for kind, name, fn, span in args:
+            if kind == "value":
+                operands.append(self._lookup(env, name, span, rebound, produced))
+            elif kind == "rest":
+                vals = env.get(name)
+                if not isinstance(vals, list):
+                    raise EmitFailure(f"`{name}` is not a list of values", span)
+                operands.extend(vals)
+            elif kind == "none":
+                operands.append(None)
+            else:
+                data = _as_tensor(fn(env), None)
+                nv = NewValue(f"{item.binders.names[0] if item.binders.names else 'arg'}_const{len(plan.values)}",
+                              data.dtype, data.shape, None, data)
+                plan.values.append(nv)
+                operands.append(nv)
+        attrs: dict[str, Any] = {}
+        for name, fn, pdef, span in params:
+            value = fn(env)
+            if pdef is not None:
+                try:
+                    value = coerce_param(pdef, value)
+                except ParamError as exc:
+                    raise EmitFailure(f"param {name} of {op_type}: {exc}", span) from None
+            attrs[name] = value
+        names = item.binders.names
+        results: list[Any] = []
+        sigs = None
+        needs_sig = item.binders.rest or any(n not in self.root_results for n in names)
+        if needs_sig and is_qnn:
+            from qlower.qnn.shapes import ShapeError, infer
+
+            try:
+                sigs = infer(op_type[4:], [_sig_of(o) for o in operands], attrs)
+            except ShapeError as exc:
+                raise EmitFailure(f"{op_type}: {exc}", item.span) from None
+        if item.binders.rest:
+            if sigs is None:
+                raise EmitFailure(f"cannot tell how many results {op_type} has here", item.span)
+            names = tuple(f"{names[0]}{i}" for i in range(len(sigs)))
+        for i, name in enumerate(names):
+            if name in self.root_results and not item.binders.rest:
+                v = env[name]
+                results.append(v)
+                produced.add(id(v))
+                continue
+            results.append(self._new_result(env, name, i, sigs, operands, props, item, op_type))
+        for r in results:
+            if isinstance(r, NewValue):
+                plan.values.append(r)
+                env[r.local] = r
+        if item.binders.rest:
+            env[item.binders.names[0]] = results
+        plan.ops.append(NewOp(op_type, operands, results, attrs, names[0] if names else op_type))
+
+    def _new_result(self, env, name, i, sigs, operands, props, item, op_type) -> NewValue:
+        shape = dtype = None
+        if "shape" in props:
+            shape = tuple(int(d) for d in props["shape"][0](env))
+        elif sigs is not None and i < len(sigs):
+            shape = sigs[i].shape
+        if "dtype" in props:
+            dtype = np.dtype(canonical_dtype(str(props["dtype"][0](env))) or str(props["dtype"][0](env)))
+        elif sigs is not None and i < len(sigs):
+            dtype = np.dtype(sigs[i].dtype)
+        first = next((o for o in operands if o is not None), None)
+        if dtype is None and first is not None:
+            dtype = first.dtype
+        if shape is None:
+            raise EmitFailure(f"cannot infer the shape of `{name}` produced by {op_type}; "
+                              f"state it with `: shape ...`", item.span)
+        if "encoding" in props:
+            quant = resolve_encoding(props["encoding"][0](env), dtype)
+        else:
+            quant = next((o.quant for o in operands if o is not None and o.quant is not None
+                          and o.dtype == dtype), None)
+        return NewValue(name, dtype, shape, quant)
+
+    def _plan_alias(self, plan: Plan, env: Env, item: ast.EmitAlias, rebound, produced) -> None:
+        (name,) = item.binders.names
+        src = self._lookup(env, item.source, item.span, rebound, produced)
+        target = env.get(name)
+        if name not in self.root_results or not isinstance(target, Value):
+            env[name] = src
+            return
+        if target.is_output and (getattr(src, "is_input", False) or getattr(src, "data", None) is not None
+                                 or getattr(src, "is_output", False)):
+            raise EmitFailure(f"cannot alias graph output {target.name} to {src.name}", item.span, soft=True)
+        plan.aliases.append((target, src))
+        produced.add(id(target))
+
+    def _plan_tensor(self, plan: Plan, env: Env, item: ast.EmitTensor, fn, props) -> None:
+        (name,) = item.binders.names
+        dtype = None
+        if "dtype" in props:
+            dtype = canonical_dtype(str(props["dtype"][0](env)))
+        data = _as_tensor(fn(env), dtype)
+        if "shape" in props:
+            data = data.reshape(tuple(props["shape"][0](env)))
+        quant = resolve_encoding(props["encoding"][0](env), data.dtype) if "encoding" in props else None
+        nv = NewValue(name, data.dtype, data.shape, quant, data)
+        plan.values.append(nv)
+        env[name] = nv
+
+
+def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note: str | None = None) -> list[Op]:
+    """Apply a finished plan; returns the new ops."""
+    matched: list[tuple[Op, bool]] = env[OPS]
+    root = matched[0][0]
+    prov = Provenance(rule.name, rule.location, root.name)
+    # the cheap path: one op for one op with the same operands and results
+    if len(plan.ops) == 1 and not plan.values and not plan.aliases and len(matched) == 1:
+        new = plan.ops[0]
+        ops = root.operands
+        m = len(ops)
+        while m and ops[m - 1] is None:
+            m -= 1
+        if len(new.args) == m and all(a is b for a, b in zip(new.args, ops)) \
+                and len(new.results) == len(root.results) \
+                and all(a is b for a, b in zip(new.results, root.results)):
+            graph.retype(root, new.type, new.attrs, prov)
+            return [root]
+    base = root.name
+    graph.detach_op(root)
+    real: dict[int, Value] = {}
+    for nv in plan.values:
+        v = graph.add_value(graph.fresh_value_name(f"{base}.{nv.local}"), nv.dtype, nv.shape,
+                            quant=nv.quant, data=nv.data)
+        real[id(nv)] = v
+
+    def resolve(x):
+        if x is None:
+            return None
+        return real.get(id(x), x)
+
+    created = []
+    root_name_free = True
+    for op in plan.ops:
+        results = [resolve(r) for r in op.results]
+        if root_name_free and any(r in root.results for r in results):
+            name = graph.fresh_op_name(base)
+            root_name_free = False
+        else:
+            name = graph.fresh_op_name(f"{base}.{op.local}")
+        created.append(graph.add_op(name, op.type, [resolve(a) for a in op.args], results, op.attrs, prov))
+    for target, src in plan.aliases:
+        graph.replace_uses(target, resolve(src))
+    for r in root.results:
+        if r.producer is None and not r.users and not r.is_output and graph.has_value(r.name) \
+                and graph.value(r.name) is r:
+            graph.remove_value(r)
+    _drop_interior(graph, matched)
+    return created
+
+
+def _drop_interior(graph: Graph, matched: list[tuple[Op, bool]]) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for op, _shared in matched[1:]:
+            if op.dead or any(r.users or r.is_output for r in op.results):
+                continue
+            graph.remove_op(op)
+            for r in op.results:
+                graph.remove_value(r)
+            changed = True

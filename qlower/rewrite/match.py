@@ -1,0 +1,321 @@
+"""Patterns compiled to matcher closures (continuation-passing, with backtracking).
+
+Each operand pattern becomes `f(value, env, k)`: it checks and binds, calls the
+continuation `k(env)`, and undoes its bindings when `k` fails, so choice
+points (commutative operands, alternatives) backtrack through the whole rest
+of the match, guards included. Nothing here allocates on the common path
+beyond the bindings themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from qlower.graph.core import Op, Value
+from qlower.graph.types import canonical_dtype
+from qlower.lang import ast
+from qlower.rewrite.functions import FunctionTable
+
+Env = dict[str, Any]
+K = Callable[[Env], Any]
+ValueMatcher = Callable[[Any, Env, K], Any]
+OPS = "__ops__"  # env key: list of (matched op, shared flag)
+_MISSING = object()
+
+# dtype families a value type may name besides concrete dtypes
+_FAMILIES = {
+    "float": ("float16", "float32", "float64"),
+    "int": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
+    "any": None,
+}
+
+
+class PatternCompiler:
+    """Compiles the op patterns of one rule; `decls` gives attribute defaults."""
+
+    def __init__(self, decls: Mapping[str, ast.OpDecl], functions: FunctionTable) -> None:
+        self.decls = decls
+        self.functions = functions
+        self.op_count = 0
+
+    # ------------------------------------------------------------ value types
+    def value_type(self, vt: ast.ValueType | None) -> Callable[[Value, Env], list[str] | None] | None:
+        if vt is None or (not vt.const and vt.dtype is None and vt.shape is None):
+            return None
+        const = vt.const
+        dtypes: tuple[str, ...] | None = None
+        if vt.dtype is not None:
+            if vt.dtype in _FAMILIES:
+                dtypes = _FAMILIES[vt.dtype]
+            else:
+                dtypes = (canonical_dtype(vt.dtype) or vt.dtype,)
+        dims = vt.shape
+
+        def check(v: Value, env: Env) -> list[str] | None:
+            if const and v.data is None:
+                return None
+            if dtypes is not None and v.dtype.name not in dtypes:
+                return None
+            if dims is None:
+                return []
+            return _match_dims(dims, v.shape, env)
+
+        return check
+
+    # ---------------------------------------------------------------- operands
+    def operand(self, pat: ast.OperandPat) -> ValueMatcher:
+        if isinstance(pat, ast.Capture):
+            return self._capture(pat.name, self.value_type(pat.type))
+        if isinstance(pat, ast.Wildcard):
+            check = self.value_type(pat.type)
+            if check is None:
+                return lambda v, env, k: k(env)
+
+            def wild(v, env, k):
+                if v is None:
+                    return None
+                added = check(v, env)
+                if added is None:
+                    return None
+                r = k(env)
+                if r is None:
+                    for a in added:
+                        del env[a]
+                return r
+            return wild
+        if isinstance(pat, ast.OpPattern):
+            return self.nested(pat, ())
+        if isinstance(pat, ast.NamedNested):
+            inner = self.nested(pat.pattern, ())
+            return self._capture(pat.name, None, inner)
+        if isinstance(pat, ast.Alternatives):
+            options = [self.operand(o) for o in pat.options]
+
+            def alt(v, env, k):
+                for o in options:
+                    r = o(v, env, k)
+                    if r is not None:
+                        return r
+                return None
+            return alt
+        raise TypeError(f"not an operand pattern: {pat!r}")  # RestCapture is handled by the list
+
+    def _capture(self, name: str, check, then: ValueMatcher | None = None) -> ValueMatcher:
+        def cap(v, env, k):
+            if v is None:
+                return None
+            cur = env.get(name, _MISSING)
+            if cur is not _MISSING:
+                if cur is not v:
+                    return None
+                return then(v, env, k) if then is not None else k(env)
+            added = () if check is None else check(v, env)
+            if added is None:
+                return None
+            env[name] = v
+            r = then(v, env, k) if then is not None else k(env)
+            if r is None:
+                del env[name]
+                for a in added:
+                    del env[a]
+            return r
+        return cap
+
+    # --------------------------------------------------------------------- ops
+    def nested(self, pat: ast.OpPattern, binders: tuple[str, ...], rest: bool = False) -> ValueMatcher:
+        """Matches the producer of a value against `pat`."""
+        body = self.op_body(pat, binders, rest)
+
+        def nest(v, env, k):
+            if v is None:
+                return None
+            op = v.producer
+            if op is None:
+                return None
+            return body(op, env, k)
+        return nest
+
+    def op_body(self, pat: ast.OpPattern, binders: tuple[str, ...], rest: bool = False) -> Callable[[Op, Env, K], Any]:
+        self.op_count += 1
+        types = frozenset(pat.op_types)
+        attrs = self._attrs(pat)
+        operands = self._operand_list(pat)
+        shared = pat.shared
+        bind_results = _result_binder(binders, rest)
+
+        def body(op: Op, env: Env, k: K):
+            if op.type not in types:
+                return None
+            added = attrs(op, env) if attrs is not None else ()
+            if added is None:
+                return None
+            bound = bind_results(op, env)
+            if bound is None:
+                for a in added:
+                    del env[a]
+                return None
+            env[OPS].append((op, shared))
+            r = operands(op, env, k)
+            if r is None:
+                env[OPS].pop()
+                for a in added:
+                    del env[a]
+                for a in bound:
+                    del env[a]
+            return r
+        return body
+
+    def _attrs(self, pat: ast.OpPattern):
+        checks: list[tuple[str, str, Any, Any]] = []
+        for ap in pat.attrs:
+            if ap.kind == "any":
+                continue
+            default = _MISSING
+            for t in pat.op_types:
+                decl = self.decls.get(t)
+                if decl is not None:
+                    for ad in decl.attrs:
+                        if ad.name == ap.name and ad.default is not None:
+                            from qlower.rewrite.expr import constant
+                            default = constant(ad.default, self.functions)
+            checks.append((ap.name, ap.kind, ap.value, default))
+        if not checks:
+            return None
+
+        def attrs(op: Op, env: Env) -> list[str] | None:
+            added: list[str] = []
+            a = op.attrs
+            for name, kind, value, default in checks:
+                got = a.get(name, default)
+                if got is _MISSING:
+                    got = None
+                if kind == "literal":
+                    if not _same_literal(got, value):
+                        for x in added:
+                            del env[x]
+                        return None
+                else:
+                    cur = env.get(value, _MISSING)
+                    if cur is _MISSING:
+                        env[value] = got
+                        added.append(value)
+                    elif cur != got:
+                        for x in added:
+                            del env[x]
+                        return None
+            return added
+        return attrs
+
+    def _operand_list(self, pat: ast.OpPattern):
+        fixed = [p for p in pat.operands if not isinstance(p, ast.RestCapture)]
+        rest = next((p.name for p in pat.operands if isinstance(p, ast.RestCapture)), None)
+        fs = [self.operand(p) for p in fixed]
+        n = len(fs)
+        commutative = pat.commutative or any(
+            self.decls.get(t) is not None and self.decls[t].commutative for t in pat.op_types)
+        commutative = commutative and n == 2 and rest is None
+
+        def run(ops: list, i: int, env: Env, k: K):
+            if i == n:
+                if rest is None:
+                    return k(env)
+                env[rest] = list(ops[n:])
+                r = k(env)
+                if r is None:
+                    del env[rest]
+                return r
+            return fs[i](ops[i] if i < len(ops) else None, env, lambda e: run(ops, i + 1, e, k))
+
+        def operands(op: Op, env: Env, k: K):
+            ops = op.operands
+            m = len(ops)
+            while m > n and ops[m - 1] is None:
+                m -= 1
+            if rest is None and m > n:
+                return None
+            if rest is not None and m < n:
+                return None
+            ops = ops[:m] if m < len(ops) else ops
+            r = run(ops, 0, env, k)
+            if r is None and commutative and len(ops) == 2:
+                r = run([ops[1], ops[0]], 0, env, k)
+            return r
+        return operands
+
+
+def _result_binder(binders: tuple[str, ...], rest: bool):
+    if not binders:
+        return lambda op, env: ()
+    if rest:
+        (name,) = binders
+
+        def bind_rest(op: Op, env: Env):
+            cur = env.get(name, _MISSING)
+            if cur is not _MISSING:
+                return () if cur == op.results else None
+            env[name] = list(op.results)
+            return (name,)
+        return bind_rest
+
+    def bind(op: Op, env: Env):
+        if len(op.results) != len(binders):
+            return None
+        added = []
+        for name, r in zip(binders, op.results):
+            if name == "_":
+                continue
+            cur = env.get(name, _MISSING)
+            if cur is _MISSING:
+                env[name] = r
+                added.append(name)
+            elif cur is not r:
+                for a in added:
+                    del env[a]
+                return None
+        return added
+    return bind
+
+
+def _match_dims(dims: tuple[ast.DimPat, ...], shape: tuple[int, ...] | None, env: Env) -> list[str] | None:
+    if shape is None:
+        return None
+    kinds = [d.kind for d in dims]
+    if "rest" in kinds:
+        r = kinds.index("rest")
+        head, tail = dims[:r], dims[r + 1:]
+        if len(shape) < len(head) + len(tail):
+            return None
+        pairs = list(zip(head, shape[:len(head)])) + list(zip(tail, shape[len(shape) - len(tail):]))
+    else:
+        if len(shape) != len(dims):
+            return None
+        pairs = list(zip(dims, shape))
+    added: list[str] = []
+    for d, s in pairs:
+        if d.kind == "int":
+            ok = s == d.value
+        elif d.kind == "capture":
+            cur = env.get(d.value, _MISSING)
+            if cur is _MISSING:
+                env[d.value] = s
+                added.append(d.value)
+                ok = True
+            else:
+                ok = cur == s
+        else:
+            ok = True
+        if not ok:
+            for a in added:
+                del env[a]
+            return None
+    return added
+
+
+def _same_literal(got: Any, want: Any) -> bool:
+    if isinstance(want, bool) or isinstance(got, bool):
+        return isinstance(got, (bool, int)) and isinstance(want, (bool, int)) and bool(got) == bool(want) \
+            and (got in (0, 1))
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        return got == want
+    return got == want
