@@ -229,6 +229,29 @@ class Graph:
         del self._ops[op.name]
         op.dead = True
 
+    def set_operand(self, op: Op, index: int, new: Value | None) -> None:
+        """Point operand `index` of `op` at `new`."""
+        old = op.operands[index]
+        if old is not None:
+            old.users.remove((op, index))
+            self.nx.remove_edge(old, op, index)
+        op.operands[index] = new
+        if new is not None:
+            new.users.append((op, index))
+            self.nx.add_edge(new, op, index)
+
+    def replace_result(self, op: Op, index: int, new: Value) -> Value:
+        """Make `op` produce `new` in place of its result `index`; returns the old value (now unproduced)."""
+        old = op.results[index]
+        if new.producer is not None:
+            raise GraphError(f"value {new.name} already has producer {new.producer.name}")
+        self.nx.remove_edge(op, old, index)
+        old.producer = None
+        op.results[index] = new
+        new.producer = op
+        self.nx.add_edge(op, new, index)
+        return old
+
     def detach_op(self, op: Op) -> None:
         """Remove an op but keep its result values (now without producer) and their users."""
         for i, v in enumerate(op.operands):

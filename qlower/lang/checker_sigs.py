@@ -100,18 +100,21 @@ class Locator:
         if self.sources is None or span is None:
             return span
         pat = re.compile(r"(?<![\w.])" + re.escape(needle) + r"(?![\w])")
-        kw = re.compile(r"\b" + re.escape(after) + r"\b") if after else None
+        kw = None
+        if after:
+            kw = re.compile(r"\b" + re.escape(after) + r"\b" if after.isidentifier() else re.escape(after))
         for ln in range(span.line, min(span.end_line, span.line + 50) + 1):
             text = self.sources.line(span.file, ln)
             if text is None:
                 break
             start = span.column - 1 if ln == span.line else 0
+            end = span.end_column - 1 if ln == span.end_line else len(text)
             if kw is not None:
-                k = kw.search(text, start)
+                k = kw.search(text, start, end)
                 if k is None:
                     continue
                 start, kw = k.end(), None
-            m = pat.search(text, start)
+            m = pat.search(text, start, end)
             if m:
                 return Span(span.file, ln, m.start() + 1, ln, m.end() + 1)
         return span
@@ -221,7 +224,8 @@ class Context:
             if a is None:
                 typer.infer(p.expr)
                 self.report(error(f"unknown {sig.word} `{p.name}` for {sig.name}", span=p.span,
-                                  hint=did_you_mean(p.name, sig.attrs), code="unknown-param"))
+                                  hint=did_you_mean(p.name, sig.attrs),
+                                  code="unknown-param" if sig.target else "unknown-attr"))
                 continue
             t = typer.infer(p.expr)
             if a.enum and isinstance(p.expr, ast.Literal):
@@ -233,7 +237,8 @@ class Context:
                                   code="param-type"))
         for a in sig.attrs.values():
             if a.required and a.name not in seen:
-                self.report(error(f"missing {sig.word} `{a.name}` for {sig.name}", span=span, code="missing-param"))
+                self.report(error(f"missing {sig.word} `{a.name}` for {sig.name}", span=span,
+                                  code="missing-param" if sig.target else "missing-attr"))
 
     def check_enum(self, sig: OpSig, a: AttrSig, e: ast.Literal) -> None:
         """A literal enum param: a name (any case) or an index into the enum."""

@@ -34,6 +34,7 @@ _RESERVED = {"model", "err", "graphConfigs", "models", "numModels", "backendHand
              "protected", "public", "register", "return", "short", "signed", "sizeof", "static",
              "struct", "switch", "template", "this", "throw", "try", "typedef", "union", "unsigned",
              "using", "virtual", "void", "volatile", "while"}
+_NO_COPYRIGHT = "/* COPYRIGHT HEADER GOES HERE: No CopyRight Header String Passed During Model Conversion */"
 _COMPOSE_ARGS = ("Qnn_BackendHandle_t backendHandle", "QNN_INTERFACE_VER_TYPE interface",
                  "Qnn_ContextHandle_t contextHandle", "const GraphConfigInfo_t** graphsConfigInfo",
                  "const uint32_t numGraphsConfigInfo", "GraphInfoPtr_t** graphsInfo",
@@ -112,7 +113,7 @@ def _quant(t: QnnTensor, c: str) -> tuple[list[str], str]:
              f"Qnn_BlockwiseExpansion_t blockwise_{c} = {{.axis= {e.axis}, .scaleOffsets= scaleOffsets_{c}, "
              f".numBlocksPerAxis= {e.num_blocks_per_axis}, .blockScaleBitwidth= {e.block_scale_bitwidth}, "
              f".blockScaleStorageType= QNN_BLOCKWISE_EXPANSION_BITWIDTH_SCALE_STORAGE_{16 if wide else 8}, "
-             f"{{.{member}= blockScales_{c}}}}};"]
+             f".{member}= blockScales_{c}}};"]
     return decls, head + f"{{.blockwiseExpansion= &blockwise_{c}}}}}"
 
 
@@ -238,8 +239,7 @@ def render(graph: QnnGraph, *, converter_command: str = "qlower", copyright_str:
         else:
             body += _add_node(ops[name], graph, layout)
             calls.append(f"  VALIDATE(addNode_{layout.node_cnames[name]}({var}), err);")
-    copyright_line = (f"/* {_comment(copyright_str)} */" if copyright_str else
-                      "/* COPYRIGHT HEADER GOES HERE: No CopyRight Header String Passed During Model Conversion */")
+    copyright_line = f"/* {_comment(copyright_str)} */" if copyright_str else _NO_COPYRIGHT
     gname = cstr(graph.name)
     head = [copyright_line, "", "/* Command Line used:", _comment(converter_command), "*/", "",
             "#include <cmath>", "", '#include "QnnOpDef.h"', '#include "QnnModel.hpp"', "",

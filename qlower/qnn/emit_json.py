@@ -1,5 +1,8 @@
 """The `<name>_net.json` artifact, laid out as the QNN converter writes it.
 
+Holds the JSON layout in both directions where the reader needs it
+(`parse_quant_params` is the inverse of `quant_params`).
+
 Top level: `model.cpp`, `model.bin`, `converter_command`, `copyright_str`,
 `op_types`, `Total parameters`, `Total MACs per inference`, `graph` with
 `tensors` (name -> tensor) and `nodes` (name -> node). Tensor params live under
@@ -11,6 +14,7 @@ order) use qlower's own keys, documented in docs/artifacts.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +28,7 @@ DEFINITION_DEFINED = 1
 DEFINITION_UNDEFINED = 0x7FFFFFFF
 ENCODING_UNDEFINED = 0x7FFFFFFF
 NOT_YET_DEFINED = "NOT_YET_DEFINED"
+Fail = Callable[[str], QlowerError]  # builds the error for a message, naming the tensor
 # The converter's default axis format by rank (its AxisOrder for QNN's spatial-last layout).
 _AXIS_FORMATS = {1: "ANY", 2: "NF", 3: "NFC", 4: "NSC", 5: "NDHWC"}
 
@@ -172,3 +177,104 @@ def dumps(graph: QnnGraph, *, converter_command: str = "qlower", copyright_str: 
     doc = graph_json(graph, converter_command=converter_command, copyright_str=copyright_str,
                      layout=layout)
     return json.dumps(doc, indent=2) + "\n"
+
+
+def _num(v: Any, what: str, fail: Fail, integer: bool = False) -> Any:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if ok and integer and isinstance(v, float):
+        ok = v.is_integer()
+    if not ok:
+        raise fail(f"quant_params: `{what}` must be {'an integer' if integer else 'a number'}, got {v!r}")
+    return int(v) if integer else float(v)
+
+
+def _pairs(items: Any, fail: Fail) -> tuple[list[float], list[int]]:
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise fail("quant_params: `scale_offsets` must be a list of {scale, offset}")
+    return ([_num(i.get("scale"), "scale", fail) for i in items],
+            [_num(i.get("offset", 0), "offset", fail, True) for i in items])
+
+
+def _kind(value: Any, fail: Fail) -> EncodingKind | None:
+    """The encoding kind, or None for an unquantized tensor."""
+    if isinstance(value, str):
+        key = value.removeprefix("QNN_QUANTIZATION_ENCODING_")
+        if key in EncodingKind.__members__:
+            value = int(EncodingKind[key])
+    if value is None or value == ENCODING_UNDEFINED:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        return EncodingKind(value)
+    except ValueError:
+        raise fail(f"unsupported quantization encoding {value!r}") from None
+
+
+def parse_quant_params(qdoc: Any, dims: list[int], fail: Fail) -> QuantEncoding | None:
+    """The inverse of `quant_params`, lenient about other tools' variants (see docs/artifacts.md)."""
+    if qdoc is None:
+        return None
+    if not isinstance(qdoc, dict):
+        raise fail("`quant_params` must be a JSON object")
+    if qdoc.get("definition") in (DEFINITION_UNDEFINED, "QNN_DEFINITION_UNDEFINED"):
+        return None
+    kind = _kind(qdoc.get("encoding"), fail)
+    if kind is None:
+        return None
+
+    def body(*keys: str) -> dict[str, Any]:
+        for key in keys:
+            if isinstance(qdoc.get(key), dict):
+                return qdoc[key]
+        raise fail(f"quant_params: {kind.name} needs a `{keys[0]}` object")
+
+    def bits(b: dict[str, Any], required: bool) -> int | None:
+        v = b.get("bitwidth")
+        if v is None and isinstance(b.get("scale_offsets"), list) and b["scale_offsets"]:
+            v = b["scale_offsets"][0].get("bitwidth") if isinstance(b["scale_offsets"][0], dict) else None
+        if v is None and required:
+            raise fail(f"quant_params: {kind.name} needs a `bitwidth`")
+        return None if v is None else _num(v, "bitwidth", fail, True)
+
+    if kind in (EncodingKind.SCALE_OFFSET, EncodingKind.BW_SCALE_OFFSET):
+        b = body("scale_offset") if kind is EncodingKind.SCALE_OFFSET else body("bw_scale_offset", "scale_offset")
+        return QuantEncoding(kind, _num(b.get("scale"), "scale", fail),
+                             _num(b.get("offset", 0), "offset", fail, True),
+                             bitwidth=bits(b, kind is EncodingKind.BW_SCALE_OFFSET))
+    extra: dict[str, Any] = {}
+    if kind is EncodingKind.AXIS_SCALE_OFFSET:
+        b = body("axis_scale_offset")
+        scales, offsets = _pairs(b.get("scale_offsets"), fail)
+        count_key, bitwidth = "num_scale_offsets", bits(b, False)
+    elif kind is EncodingKind.BW_AXIS_SCALE_OFFSET:
+        b = body("bw_axis_scale_offset", "axis_scale_offset")
+        if "scales" in b:
+            raw_scales, raw_offsets = b.get("scales"), b.get("offsets") or []
+            if not isinstance(raw_scales, list) or not isinstance(raw_offsets, list):
+                raise fail("quant_params: `scales`/`offsets` must be lists")
+            scales = [_num(v, "scale", fail) for v in raw_scales]
+            offsets = [_num(v, "offset", fail, True) for v in raw_offsets] or [0] * len(scales)
+        else:
+            scales, offsets = _pairs(b.get("scale_offsets"), fail)
+        count_key, bitwidth = "num_elements", bits(b, True)
+    else:
+        b = body("blockwise_expansion")
+        scales, offsets = _pairs(b.get("scale_offsets"), fail)
+        rows = b.get("block_scales")
+        if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+            raise fail("quant_params: `block_scales` must be a list of lists")
+        extra = {"num_blocks_per_axis": _num(b.get("num_blocks_per_axis"), "num_blocks_per_axis", fail, True),
+                 "block_scale_bitwidth": _num(b.get("block_scale_bitwidth"), "block_scale_bitwidth", fail, True),
+                 "block_scales": tuple(tuple(_num(v, "block scale", fail, True) for v in r)
+                                       for r in rows)}
+        count_key, bitwidth = "num_scale_offsets", bits(b, False)
+    axis = _num(b.get("axis"), "axis", fail, True)
+    count = b.get(count_key, len(scales))
+    if len(offsets) != len(scales) or count != len(scales):
+        raise fail(f"quant_params: {kind.name} lists {len(scales)} scales, {len(offsets)} offsets "
+                   f"and `{count_key}` {count!r}")
+    if not 0 <= axis < len(dims) or dims[axis] != len(scales):
+        raise fail(f"quant_params: {kind.name} has {len(scales)} scales along axis {axis}, "
+                   f"which does not fit dims {dims}")
+    return QuantEncoding(kind, scales, offsets, axis=axis, bitwidth=bitwidth, **extra)

@@ -18,10 +18,8 @@ import numpy as np
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.emit_bin import c_identifiers, num_elements
-from qlower.qnn.model import (PACKAGE, EncodingKind, OpConfig, Param, QnnGraph, QnnTensor, QuantEncoding,
-                              ScalarParam, TensorParam, TensorType)
-
-_UNDEFINED = 0x7FFFFFFF
+from qlower.qnn.emit_json import parse_quant_params, scalar_value
+from qlower.qnn.model import PACKAGE, OpConfig, Param, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
 
 _NET_SUFFIX = "_net.json"
 
@@ -46,9 +44,11 @@ def load(net_json: Path, bin_path: Path | None = None) -> QnnGraph:
     except (OSError, UnicodeDecodeError) as exc:
         raise ctx.fail(f"cannot read: {exc}") from None
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ctx.fail(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except _DuplicateKey as exc:
+        raise ctx.fail(f"key '{exc.args[0]}' appears twice in one JSON object") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("graph"), dict):
         raise ctx.fail("not a QNN network JSON: no top-level `graph` object")
     name = _graph_name(net_json, doc)
@@ -56,8 +56,8 @@ def load(net_json: Path, bin_path: Path | None = None) -> QnnGraph:
     nodes_doc = _named(doc["graph"].get("nodes", {}), "nodes", ctx)
     raws = _Raws(net_json, doc, bin_path, ctx)
     param_names = [tn for node in nodes_doc.values() if isinstance(node, dict)
-                   for tp in _obj(node.get("tensor_params", {}), "tensor_params", ctx).values()
-                   if isinstance(tp, dict) for tn in tp]
+                   and isinstance(node.get("tensor_params"), dict)
+                   for tp in node["tensor_params"].values() if isinstance(tp, dict) for tn in tp]
     cnames = c_identifiers([*tensors_doc, *param_names])
     ids: dict[str, int] = {}
     graph = QnnGraph(name)
@@ -72,6 +72,20 @@ def load(net_json: Path, bin_path: Path | None = None) -> QnnGraph:
         chosen = [n for n, t in graph.tensors.items() if t.type is kind]
         listed.extend(sorted(chosen, key=lambda n: (ids[n], order[n])))
     return graph
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads would keep the last of two equal keys; for tensors and nodes that hides an error."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
 
 
 def _graph_name(path: Path, doc: dict[str, Any]) -> str:
@@ -159,7 +173,10 @@ def _tensor(name: str, tdoc: Any, subject: str, raws: _Raws, cnames: dict[str, s
     try:
         if isinstance(ttype, bool):
             raise ValueError
-        kind = TensorType(ttype) if isinstance(ttype, int) else TensorType[str(ttype).removeprefix("QNN_TENSOR_TYPE_")]
+        if isinstance(ttype, int):
+            kind = TensorType(ttype)
+        else:
+            kind = TensorType[str(ttype).removeprefix("QNN_TENSOR_TYPE_")]
     except (ValueError, KeyError):
         raise ctx.fail(f"unknown tensor type {ttype!r}", subject) from None
     if "data_type" not in tdoc:
@@ -172,7 +189,7 @@ def _tensor(name: str, tdoc: Any, subject: str, raws: _Raws, cnames: dict[str, s
         raise ctx.fail(f"`dims` must be a list of non-negative integers, got {dims!r}", subject)
     tid = tdoc.get("id")
     tid = tid if isinstance(tid, int) and not isinstance(tid, bool) else None
-    enc = _quant(tdoc.get("quant_params"), dims, subject, ctx)
+    enc = parse_quant_params(tdoc.get("quant_params"), dims, lambda m: ctx.fail(m, subject))
     raw = raws.get(cnames[name]) if kind is TensorType.STATIC else None
     data = _data(tdoc, kind, dt, dims, raw, raws.path is None, subject, ctx)
     return QnnTensor(name, kind, dt, tuple(dims), enc, data), tid
@@ -210,21 +227,12 @@ def _scalar(pname: str, pdoc: Any, subject: str, ctx: _Ctx) -> ScalarParam:
         raise ctx.fail(f"scalar param needs exactly one {{datatype: value}} entry, got {len(pdoc)}", subject)
     (code, value), = pdoc.items()
     dt = _datatype(int(code) if str(code).lstrip("-").isdigit() else code, subject, ctx)
-    if dt is DataType.STRING:
-        if not isinstance(value, str):
-            raise ctx.fail(f"STRING param value {value!r} is not a string", subject)
-        return ScalarParam(pname, dt, value)
-    if isinstance(value, str) or value is None or isinstance(value, (list, dict)):
+    if value is None or isinstance(value, (list, dict)):
         raise ctx.fail(f"value {value!r} is not a {dt.qnn_name}", subject)
-    if dt is DataType.BOOL_8:
-        if value not in (0, 1):
-            raise ctx.fail(f"value {value!r} is not a boolean", subject)
-        return ScalarParam(pname, dt, bool(value))
-    if dt.is_float:
-        return ScalarParam(pname, dt, float(value))
-    if isinstance(value, float) and not value.is_integer():
-        raise ctx.fail(f"value {value!r} is not an integer for {dt.qnn_name}", subject)
-    return ScalarParam(pname, dt, int(value))
+    try:
+        return ScalarParam(pname, dt, scalar_value(ScalarParam(pname, dt, value), subject))
+    except QlowerError as exc:
+        raise ctx.fail(exc.diagnostics[0].message, subject) from None
 
 
 def _node(name: str, ndoc: Any, raws: _Raws, cnames: dict[str, str], ctx: _Ctx) -> OpConfig:
@@ -253,7 +261,8 @@ def _node(name: str, ndoc: Any, raws: _Raws, cnames: dict[str, str], ctx: _Ctx) 
         params[pname] = _scalar(pname, pdoc, f"{subject} param '{pname}'", ctx)
     order = ndoc.get("param_order")
     if order is not None:
-        if not isinstance(order, list) or any(p not in params for p in order) or len(set(order)) != len(order):
+        if (not isinstance(order, list) or not all(isinstance(p, str) and p in params for p in order)
+                or len(set(order)) != len(order)):
             raise ctx.fail("`param_order` must list the node's params, each once", subject)
         order = order + [p for p in params if p not in order]
     package = ndoc.get("package", PACKAGE)
@@ -263,105 +272,3 @@ def _node(name: str, ndoc: Any, raws: _Raws, cnames: dict[str, str], ctx: _Ctx) 
                     [params[p] for p in (order or params)], package=package or PACKAGE)
 
 
-
-def _num(v: Any, what: str, subject: str, ctx: _Ctx, integer: bool = False) -> Any:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    if ok and integer and isinstance(v, float):
-        ok = v.is_integer()
-    if not ok:
-        raise ctx.fail(f"quant_params: `{what}` must be {'an integer' if integer else 'a number'}, "
-                       f"got {v!r}", subject)
-    return int(v) if integer else float(v)
-
-
-def _pairs(items: Any, subject: str, ctx: _Ctx) -> tuple[list[float], list[int]]:
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise ctx.fail("quant_params: `scale_offsets` must be a list of {scale, offset}", subject)
-    return ([_num(i.get("scale"), "scale", subject, ctx) for i in items],
-            [_num(i.get("offset", 0), "offset", subject, ctx, True) for i in items])
-
-
-def _kind(value: Any, subject: str, ctx: _Ctx) -> EncodingKind | None:
-    """The encoding kind, or None for an unquantized tensor."""
-    if isinstance(value, str):
-        key = value.removeprefix("QNN_QUANTIZATION_ENCODING_")
-        if key in EncodingKind.__members__:
-            value = int(EncodingKind[key])
-    if value is None or value == _UNDEFINED:
-        return None
-    try:
-        if isinstance(value, bool):
-            raise ValueError
-        return EncodingKind(value)
-    except ValueError:
-        raise ctx.fail(f"unsupported quantization encoding {value!r}", subject) from None
-
-
-def _quant(qdoc: Any, dims: list[int], subject: str, ctx: _Ctx) -> QuantEncoding | None:
-    if qdoc is None:
-        return None
-    qdoc = _obj(qdoc, "quant_params", ctx, subject)
-    definition = qdoc.get("definition")
-    if definition in (_UNDEFINED, "QNN_DEFINITION_UNDEFINED"):
-        return None
-    kind = _kind(qdoc.get("encoding"), subject, ctx)
-    if kind is None:
-        return None
-
-    def body(*keys: str) -> dict[str, Any]:
-        for key in keys:
-            if isinstance(qdoc.get(key), dict):
-                return qdoc[key]
-        raise ctx.fail(f"quant_params: {kind.name} needs a `{keys[0]}` object", subject)
-
-    def bits(b: dict[str, Any], required: bool) -> int | None:
-        v = b.get("bitwidth")
-        if v is None and isinstance(b.get("scale_offsets"), list) and b["scale_offsets"]:
-            v = b["scale_offsets"][0].get("bitwidth") if isinstance(b["scale_offsets"][0], dict) else None
-        if v is None and required:
-            raise ctx.fail(f"quant_params: {kind.name} needs a `bitwidth`", subject)
-        return None if v is None else _num(v, "bitwidth", subject, ctx, True)
-
-    if kind in (EncodingKind.SCALE_OFFSET, EncodingKind.BW_SCALE_OFFSET):
-        b = body("scale_offset") if kind is EncodingKind.SCALE_OFFSET else body("bw_scale_offset", "scale_offset")
-        return QuantEncoding(kind, _num(b.get("scale"), "scale", subject, ctx),
-                             _num(b.get("offset", 0), "offset", subject, ctx, True),
-                             bitwidth=bits(b, kind is EncodingKind.BW_SCALE_OFFSET))
-    extra: dict[str, Any] = {}
-    if kind is EncodingKind.AXIS_SCALE_OFFSET:
-        b = body("axis_scale_offset")
-        scales, offsets = _pairs(b.get("scale_offsets"), subject, ctx)
-        count_key, bitwidth = "num_scale_offsets", bits(b, False)
-    elif kind is EncodingKind.BW_AXIS_SCALE_OFFSET:
-        b = body("bw_axis_scale_offset", "axis_scale_offset")
-        if "scales" in b:
-            raw_scales, raw_offsets = b.get("scales"), b.get("offsets") or []
-            if not isinstance(raw_scales, list) or not isinstance(raw_offsets, list):
-                raise ctx.fail("quant_params: `scales`/`offsets` must be lists", subject)
-            scales = [_num(v, "scale", subject, ctx) for v in raw_scales]
-            offsets = [_num(v, "offset", subject, ctx, True) for v in raw_offsets] or [0] * len(scales)
-        else:
-            scales, offsets = _pairs(b.get("scale_offsets"), subject, ctx)
-        count_key, bitwidth = "num_elements", bits(b, True)
-    else:
-        b = body("blockwise_expansion")
-        scales, offsets = _pairs(b.get("scale_offsets"), subject, ctx)
-        rows = b.get("block_scales")
-        if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
-            raise ctx.fail("quant_params: `block_scales` must be a list of lists", subject)
-        extra = {"num_blocks_per_axis": _num(b.get("num_blocks_per_axis"), "num_blocks_per_axis",
-                                             subject, ctx, True),
-                 "block_scale_bitwidth": _num(b.get("block_scale_bitwidth"), "block_scale_bitwidth",
-                                              subject, ctx, True),
-                 "block_scales": tuple(tuple(_num(v, "block scale", subject, ctx, True) for v in r)
-                                       for r in rows)}
-        count_key, bitwidth = "num_scale_offsets", bits(b, False)
-    axis = _num(b.get("axis"), "axis", subject, ctx, True)
-    count = b.get(count_key, len(scales))
-    if len(offsets) != len(scales) or count != len(scales):
-        raise ctx.fail(f"quant_params: {kind.name} lists {len(scales)} scales, {len(offsets)} offsets "
-                       f"and `{count_key}` {count!r}", subject)
-    if not 0 <= axis < len(dims) or dims[axis] != len(scales):
-        raise ctx.fail(f"quant_params: {kind.name} has {len(scales)} scales along axis {axis}, "
-                       f"which does not fit dims {dims}", subject)
-    return QuantEncoding(kind, scales, offsets, axis=axis, bitwidth=bitwidth, **extra)

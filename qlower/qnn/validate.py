@@ -362,7 +362,7 @@ class _OpCheck:
         if not matched:
             have = ", ".join(f"{k}={'/'.join(dt.name for dt in dict.fromkeys(x))}" for k, x in key)
             notes = [Note(f"closest {row.config} row: " + "  ".join(
-                f"{n}={'|'.join(dt.name for dt in sorted(dts))}" for n, dts in row.checks)
+                f"{n}={'|'.join(dt.name for dt in sorted(dts))}" for n, dts in row.checks if n in values)
                 + f" (differs at {', '.join(bad)})") for row, bad in closest]
             self.err("datatype", f"datatypes {have} match no allowed combination on {self.v.label}",
                      hint=f"see `qlower opdefs {plan.opdef.name} --backend {self.v.backend}`", notes=notes)

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 
 from qlower.diagnostics import QlowerError
 from qlower.qnn import artifacts, emit_bin, emit_cpp, emit_json, reader

@@ -1,0 +1,185 @@
+"""Semantic checks run when rules load, so mistakes surface before any graph is lowered.
+
+`check` sees a whole rule set (op declarations and rules are global to it) and
+returns every finding as a located Diagnostic with a stable `code`; it never
+raises for bad input. Rule bodies are checked by `checker_rules`, tests by
+`checker_tests`, expressions by `checker_types`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from qlower.diagnostics import Diagnostic, Note, SourceCache, did_you_mean, error, warning
+from qlower.lang import ast
+from qlower.lang.checker_rules import RuleChecker
+from qlower.lang.checker_sigs import BACKENDS, Context, Locator
+from qlower.lang.checker_tests import TestChecker
+from qlower.lang.checker_types import ATTR_TYPES, ExprTyper
+from qlower.lang.registry import TargetRegistry
+from qlower.rewrite.functions import FunctionTable
+
+__all__ = ["check"]
+
+
+def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions: FunctionTable,
+          sources: SourceCache | None = None) -> list[Diagnostic]:
+    """All findings for a rule set, ordered by file (as given) and position.
+
+    `sources` (the texts the modules were parsed from) lets findings point at
+    the exact name inside a node, e.g. the op of an emit item.
+    """
+    ctx = Context(registry, functions, Locator(sources))
+    for m in modules:
+        for d in m.ops:
+            _check_decl(ctx, d)
+    rules = [r for m in modules for r in m.rules]
+    for r in rules:
+        first = ctx.rules.setdefault(r.name, r)
+        if first is not r:
+            ctx.report(error(f"rule `{r.name}` is defined twice", span=_name_span(ctx, r, "rule"),
+                             code="duplicate-rule", notes=[Note("first defined here", _name_span(ctx, first, "rule"))]))
+    for r in rules:
+        RuleChecker(ctx, r).run()
+    tests: dict[str, ast.Test] = {}
+    for m in modules:
+        for t in m.tests:
+            first_t = tests.setdefault(t.name, t)
+            if first_t is not t:
+                ctx.report(error(f"test `{t.name}` is defined twice", span=_name_span(ctx, t, "test"),
+                                 code="duplicate-test",
+                                 notes=[Note("first defined here", _name_span(ctx, first_t, "test"))]))
+            TestChecker(ctx, t).run()
+    _check_shadowing(ctx, rules)
+    order = {m.file: i for i, m in enumerate(modules)}
+    big = len(order)
+    return sorted(ctx.diagnostics, key=lambda d: (order.get(d.span.file, big), d.span.line, d.span.column)
+                  if d.span else (big + 1, 0, 0))
+
+
+def _name_span(ctx: Context, item: ast.Rule | ast.Test, keyword: str):
+    return ctx.locate.find(item.span, item.name, after=keyword)
+
+
+# ------------------------------------------------------------- declarations
+
+
+def _check_decl(ctx: Context, d: ast.OpDecl) -> None:
+    span = ctx.locate.find(d.span, d.op)
+    if d.dialect == "qnn":
+        ctx.report(error(f"cannot declare `{d.op}`: dialect `qnn` is reserved for QNN ops", span=span,
+                         hint="QNN ops come from the OpDef registry; declare source ops in their own dialect",
+                         code="reserved-dialect"))
+    else:
+        first = ctx.decls.setdefault(d.op, d)
+        if first is not d:
+            ctx.report(error(f"op `{d.op}` is declared twice", span=span, code="duplicate-op",
+                             notes=[Note("first declared here", ctx.locate.find(first.span, first.op))]))
+    optional = None
+    for i, o in enumerate(d.operands):
+        if o.kind == "variadic" and i != len(d.operands) - 1:
+            ctx.report(error(f"variadic operand `{o.name}...` must be the last operand", span=o.span,
+                             code="operand-order"))
+        elif o.kind == "one" and optional is not None:
+            ctx.report(error(f"mandatory operand `{o.name}` follows optional operand `{optional.name}?`",
+                             span=o.span, hint="optional operands come after all mandatory ones",
+                             code="operand-order"))
+        elif o.kind == "optional":
+            optional = optional or o
+    for i, r in enumerate(d.results):
+        if r.variadic and i != len(d.results) - 1:
+            ctx.report(error(f"variadic result `{r.name}...` must be the last result", span=r.span,
+                             code="result-order"))
+    if d.commutative and len(d.operands) != 2:
+        ctx.report(error(f"`commutative` needs exactly two operands; {d.op} has {len(d.operands)}", span=span,
+                         code="commutative-arity"))
+    for group, what in ((d.operands, "operand"), (d.results, "result"), (d.attrs, "attribute")):
+        seen: dict[str, object] = {}
+        for x in group:
+            if x.name in seen:
+                ctx.report(error(f"{what} `{x.name}` is declared twice in {d.op}", span=x.span,
+                                 code="duplicate-name", notes=[Note("first declared here", seen[x.name].span)]))
+            seen.setdefault(x.name, x)
+    typer = ExprTyper(ctx.functions, ctx.report, lambda n, s: None, lambda: [])
+    for a in d.attrs:
+        t = str(a.type)
+        if t not in ATTR_TYPES:
+            ctx.report(error(f"unknown attribute type `{t}`", span=a.type.span,
+                             hint=did_you_mean(t, ATTR_TYPES) or f"types are {', '.join(ATTR_TYPES)}",
+                             code="unknown-type"))
+        elif a.default is not None:
+            typer.expect(a.default, t, f"the default of `{a.name}`")
+
+
+# ---------------------------------------------------------------- shadowing
+
+
+def _count_ops(p: ast.OpPattern) -> int:
+    def operand(o) -> int:
+        if isinstance(o, ast.OpPattern):
+            return _count_ops(o)
+        if isinstance(o, ast.NamedNested):
+            return _count_ops(o.pattern)
+        if isinstance(o, ast.Alternatives):
+            return max(operand(x) for x in o.options)
+        return 0
+
+    return 1 + sum(operand(o) for o in p.operands)
+
+
+def benefit(rule: ast.Rule) -> int:
+    """The explicit benefit, else the number of ops the rule's patterns match."""
+    return rule.benefit if rule.benefit is not None else sum(_count_ops(m.pattern) for m in rule.matches)
+
+
+def _matches_all(ctx: Context, rule: ast.Rule) -> bool:
+    """Does the rule apply to every op of its root type: one op, plain captures, no conditions?"""
+    ms = rule.matches
+    if len(ms) != 1 or any(isinstance(s, ast.Require) for s in rule.body):
+        return False
+    p = ms[0].pattern
+    names: set[str] = set()
+    for o in p.operands:
+        if isinstance(o, (ast.Capture, ast.Wildcard)) and o.type is not None:
+            return False
+        if isinstance(o, (ast.Capture, ast.RestCapture)):
+            if o.name in names:
+                return False  # a repeated capture is a constraint
+            names.add(o.name)
+        elif not isinstance(o, ast.Wildcard):
+            return False
+    for a in p.attrs:
+        if a.kind == "literal" or (a.kind == "capture" and a.value in names):
+            return False
+        if a.kind == "capture":
+            names.add(str(a.value))
+    open_ = bool(p.operands) and isinstance(p.operands[-1], ast.RestCapture)
+    for t in p.op_types:
+        sig = ctx.sig(t)
+        if sig is None or not (open_ or sig.inputs[0] == sig.inputs[1]):
+            return False
+    return True
+
+
+def _check_shadowing(ctx: Context, rules: list[ast.Rule]) -> None:
+    """Warn about rules that an earlier-tried rule matching every op of their root type hides."""
+    ranked = sorted(range(len(rules)), key=lambda i: (-benefit(rules[i]), i))
+    catch_all: dict[str, list[ast.Rule]] = {}
+    for i in ranked:
+        r = rules[i]
+        if not r.matches or ctx.rules.get(r.name) is not r:
+            continue
+        types = r.matches[0].pattern.op_types
+        backends = set(r.backends or BACKENDS)
+        for s in catch_all.get(types[0], ()):
+            s_types = s.matches[0].pattern.op_types
+            if set(types) <= set(s_types) and backends <= set(s.backends or BACKENDS):
+                ctx.report(warning(
+                    f"rule `{r.name}` never applies: rule `{s.name}` matches every {' | '.join(types)} first",
+                    span=_name_span(ctx, r, "rule"), code="shadowed-rule",
+                    hint=f"constrain `{s.name}`, or give `{r.name}` a higher benefit",
+                    notes=[Note(f"rule `{s.name}` is here", _name_span(ctx, s, "rule"))]))
+                break
+        if _matches_all(ctx, r):
+            for t in types:
+                catch_all.setdefault(t, []).append(r)

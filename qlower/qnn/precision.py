@@ -1,0 +1,54 @@
+"""HTP's float path runs in FLOAT_16: retype a lowered float32 graph to float16.
+
+Graph inputs and outputs keep float32 behind qnn.Cast ops, so callers feed and
+read the same tensors as before (as ONNX Runtime's fp16-precision option does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qlower.graph.core import Graph, Provenance
+
+_F32 = np.dtype("float32")
+_F16 = np.dtype("float16")
+_PROV = Provenance("htp_float16", "qlower/qnn/precision.py", "")
+
+
+def to_float16(graph: Graph) -> int:
+    """Retype float32 values to float16 in place; returns how many values changed."""
+    inputs = {id(v) for v in graph.inputs}
+    outputs = {id(v) for v in graph.outputs}
+    changed = 0
+    for v in list(graph.values):
+        if v.dtype != _F32 or v.quant is not None or id(v) in inputs or id(v) in outputs:
+            continue
+        v.dtype = _F16
+        if v.data is not None:
+            v.data = v.data.astype(_F16)
+        changed += 1
+    for v in list(graph.inputs):
+        if v.dtype != _F32 or not v.users:
+            continue
+        nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
+        users = list(v.users)
+        cast = graph.add_op(graph.fresh_op_name(f"{v.name}.to_f16"), "qnn.Cast", [v], [nv], {},
+                            Provenance(_PROV.rule, _PROV.location, v.name))
+        for user, idx in users:
+            if user is not cast:
+                graph.set_operand(user, idx, nv)
+        changed += 1
+    for v in list(graph.outputs):
+        if v.dtype != _F32 or v.producer is None:
+            continue
+        op = v.producer
+        idx = op.results.index(v)
+        nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
+        graph.replace_result(op, idx, nv)
+        # other consumers of the float32 output read the float16 value instead
+        for user, j in list(v.users):
+            graph.set_operand(user, j, nv)
+        graph.add_op(graph.fresh_op_name(f"{v.name}.to_f32"), "qnn.Cast", [nv], [v], {},
+                     Provenance(_PROV.rule, _PROV.location, v.name))
+        changed += 1
+    return changed
