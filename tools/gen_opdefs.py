@@ -236,7 +236,8 @@ def build_opdef(parent: ET.Element, op: Mapping[str, Any], known: set[str]) -> N
 def check_counts(op: Mapping[str, Any]) -> None:
     """Warn when counts derived from the I/O entries disagree with the spec's own counts."""
     spec = op["spec"]
-    for kind, ios, counts in (("in", spec["inputs"], spec["num_inputs"]), ("out", spec["outputs"], spec["num_outputs"])):
+    sides = (("in", spec["inputs"], spec["num_inputs"]), ("out", spec["outputs"], spec["num_outputs"]))
+    for kind, ios, counts in sides:
         lo = sum(1 for io in ios if io["mandatory"])
         if lo != counts.get("min"):
             warn(f"{op['op']}: {kind} minimum {lo} differs from spec count {counts.get('min')}")

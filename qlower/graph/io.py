@@ -16,8 +16,8 @@ import json
 import math
 import os
 import re
+import secrets
 import struct
-import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -653,17 +653,18 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
-    """Write via a temporary file in the same folder and rename: the file is complete or absent."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write a temporary file in the same folder, then rename: the file is complete or absent."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as for open()
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise QlowerError(error(f"cannot write {path}: {e.strerror or e}", code="io")) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        tmp.unlink(missing_ok=True)
         raise

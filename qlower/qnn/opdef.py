@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
 from xml.etree.ElementTree import Element, ParseError
 
 import attrs
@@ -180,15 +179,15 @@ class BackendSupport:
     backend: str
     package: str
     supported: frozenset[str]
-    supplements: Mapping[str, OpSupplement] = attrs.field(converter=_proxy, factory=dict, hash=False)
+    supplements: Mapping[str, OpSupplement] = attrs.field(converter=_proxy, factory=dict, hash=False, repr=False)
 
 
 @attrs.frozen
 class OpDefRegistry:
     """Immutable set of op definitions and backend supplements, keyed by package."""
 
-    ops: Mapping[tuple[str, str], OpDef] = attrs.field(converter=_proxy, hash=False)
-    support: Mapping[tuple[str, str], BackendSupport] = attrs.field(converter=_proxy, hash=False)
+    ops: Mapping[tuple[str, str], OpDef] = attrs.field(converter=_proxy, hash=False, repr=False)
+    support: Mapping[tuple[str, str], BackendSupport] = attrs.field(converter=_proxy, hash=False, repr=False)
     backends: tuple[str, ...] = BACKENDS
     universal_packages: frozenset[str] = frozenset()  # packages without supplements: run anywhere
 

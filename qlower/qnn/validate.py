@@ -37,7 +37,7 @@ def validate_graph(graph: QnnGraph, registry: OpDefRegistry, backend: str) -> li
     validator = _Validator.create(graph, registry, backend)
     if isinstance(validator, Diagnostic):
         return [validator]
-    diags: list[Diagnostic] = []
+    diags: list[Diagnostic] = [validator.shapes_problem] if validator.shapes_problem else []
     for op in graph.ops:
         diags.extend(validator.check(op))
     return diags
@@ -46,7 +46,9 @@ def validate_graph(graph: QnnGraph, registry: OpDefRegistry, backend: str) -> li
 def validate_op(op: OpConfig, graph: QnnGraph, registry: OpDefRegistry, backend: str) -> list[Diagnostic]:
     """The problems of one op; `graph` supplies its tensors."""
     validator = _Validator.create(graph, registry, backend)
-    return [validator] if isinstance(validator, Diagnostic) else validator.check(op)
+    if isinstance(validator, Diagnostic):
+        return [validator]
+    return ([validator.shapes_problem] if validator.shapes_problem else []) + validator.check(op)
 
 
 def subject_of(op: OpConfig) -> str:
@@ -144,8 +146,8 @@ def _default_value(pd: ParamDef, in0_rank: int | None) -> Any:
         return _UNKNOWN if in0_rank is None else in0_rank - int(m.group(1) or 0)
     m = re.fullmatch(r"\{(.+),\.\.,\1\}", text)
     if m:
-        text = m.group(1)
-        return ("fill", _literal(text))
+        fill = _literal(m.group(1))
+        return _UNKNOWN if fill is _UNKNOWN else ("fill", fill)
     return _literal(text)
 
 
@@ -168,13 +170,18 @@ def _equals_default(value: Any, default: Any) -> bool:
         return False
 
 
-def _load_shapes() -> ModuleType | None:
+def _load_shapes() -> tuple[ModuleType | None, Diagnostic | None]:
+    """The shape-rule module, if there is one; a broken one only costs the shape checks."""
     try:
-        return importlib.import_module("qlower.qnn.shapes")
+        return importlib.import_module("qlower.qnn.shapes"), None
     except ModuleNotFoundError as exc:
-        if exc.name in ("qlower.qnn.shapes", "qlower.qnn", "qlower"):
-            return None
-        raise
+        if exc.name == "qlower.qnn.shapes":
+            return None, None
+        problem: Exception = exc
+    except Exception as exc:  # noqa: BLE001 - any import failure of an optional checker
+        problem = exc
+    return None, warning(f"shape checks skipped: qlower.qnn.shapes failed to import "
+                         f"({type(problem).__name__}: {problem})", code="shape-internal")
 
 
 class _Validator:
@@ -186,7 +193,7 @@ class _Validator:
         self.backend = backend
         self.label = backend.upper()
         self.plans: dict[tuple[str, str], _Plan | None] = {}
-        self.shapes = _load_shapes()
+        self.shapes, self.shapes_problem = _load_shapes()
         self.sigs: dict[str, Any] = {}
         self.shape_memo: dict[tuple, tuple] = {}
 
@@ -241,8 +248,13 @@ class _OpCheck:
         op, v = self.op, self.v
         plan = v.plan(op)
         if plan is None:
-            known = v.registry.names(op.package if op.package in v.registry.packages() else None)
-            self.diags.append(unknown_op(op.type, known, subject=self.subject))
+            elsewhere = v.registry.op(op.type)
+            if elsewhere is not None:
+                self.err("unknown-op", f"package {op.package} has no op `{op.type}`",
+                         hint=f"{op.type} is defined in package {elsewhere.package}; set the op's package")
+            else:
+                known = v.registry.names(op.package if op.package in v.registry.packages() else None)
+                self.diags.append(unknown_op(op.type, known, subject=self.subject))
             return self.diags
         d = plan.opdef
         if not plan.supported:

@@ -149,12 +149,21 @@ def test_conv_rejects_mismatched_groups():
 @pytest.mark.parametrize("ceil", [0, 1])
 def test_avg_pool_matches_onnx(count_pad, ceil):
     x = rand(1, 7, 6, 2)
-    want = onnx_ref("AveragePool", [first_last(x)], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1],
+    want = onnx_ref("AveragePool", [first_last(x)], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 1, 1, 0],
                     count_include_pad=count_pad, ceil_mode=ceil)[0]
-    params = {"filter_size": np.array([3, 2]), "stride": np.array([2, 2]), "pad_amount": np.array([[1, 1], [0, 1]]),
+    params = {"filter_size": np.array([3, 2]), "stride": np.array([2, 2]), "pad_amount": np.array([[1, 1], [1, 0]]),
               "count_pad_for_edges": count_pad, "rounding_mode": ceil}
     got = qnn("PoolAvg2d", [x], params, last_first(want).shape)
     np.testing.assert_allclose(got, last_first(want), rtol=1e-5, atol=1e-6)
+
+
+def test_ceil_mode_follows_the_qnn_size_formula():
+    # ONNX/PyTorch drop a last window that starts in the trailing padding; QNN's formula keeps it.
+    x = np.arange(6, dtype=np.float32).reshape(1, 1, 6, 1)
+    params = {"filter_size": np.array([1, 2]), "stride": np.array([1, 2]), "pad_amount": np.array([[0, 0], [0, 1]]),
+              "rounding_mode": 1, "count_pad_for_edges": 1}
+    got = qnn("PoolAvg2d", [x], params, (1, 1, 4, 1))
+    assert got.ravel().tolist() == [0.5, 2.5, 4.5, 0.0]
 
 
 @pytest.mark.parametrize("ceil", [0, 1])
@@ -279,12 +288,15 @@ def test_batchnorm_l2norm_lrn():
     want = x / np.maximum(np.sqrt(np.sum(x * x, axis=-1, keepdims=True)), 1e-12)
     np.testing.assert_allclose(qnn("L2Norm", [x], {"axis": 2}, x.shape), want, rtol=1e-5)
     np.testing.assert_allclose(qnn("L2Norm", [x], {"axis": 0, "axes": np.array([2])}, x.shape), want, rtol=1e-5)
-    # Lrn across channels: QNN's alpha is not divided by the window size; ONNX's is.
-    size, alpha, beta, bias = 3, 0.3, 0.75, 2.0
+    # Lrn across channels (onnx's reference LRN loops over the wrong axis, so a direct loop here).
+    alpha, beta, bias = 0.3, 0.75, 2.0
     xl = rand(1, 2, 2, 5)
-    want = onnx_ref("LRN", [first_last(xl)], size=size, alpha=alpha * size, beta=beta, bias=bias)[0]
+    want = np.empty_like(xl)
+    for c in range(5):
+        s = np.sum(xl[..., max(0, c - 1):c + 2] ** 2, axis=-1)
+        want[..., c] = xl[..., c] / (bias + alpha * s) ** beta
     got = qnn("Lrn", [xl], {"radius": 1, "alpha": alpha, "beta": beta, "bias": bias}, xl.shape)
-    np.testing.assert_allclose(got, last_first(want), rtol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
     within = qnn("Lrn", [np.ones((1, 3, 3, 1), np.float32)], {"radius": 1, "region": 1, "beta": 1.0, "alpha": 1.0},
                  (1, 3, 3, 1))
     assert within[0, 1, 1, 0] == pytest.approx(1 / 10) and within[0, 0, 0, 0] == pytest.approx(1 / 5)

@@ -1,0 +1,278 @@
+"""The verbs of the `qlower` command; each returns its exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from qlower.diagnostics import QlowerError, Severity, SourceCache, error, render_all
+
+
+def _progress(args: argparse.Namespace, text: str) -> None:
+    if not getattr(args, "quiet", False) and sys.stderr.isatty():
+        print(f"qlower: {text}", file=sys.stderr, flush=True)
+
+
+def _write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# ---------------------------------------------------------------- check / fmt
+def check(args: argparse.Namespace) -> int:
+    from qlower.api import load_registry
+    from qlower.lang.loader import check_paths
+    from qlower.plugins import installed
+
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:
+        raise QlowerError([error(f"no such file or folder: {p}", code="io") for p in missing])
+    registry = load_registry(args.opdefs)
+    diags, sources = check_paths(args.paths, registry=registry, functions=installed().functions)
+    if diags:
+        print(render_all(diags, sources), file=sys.stderr)
+    errors = sum(1 for d in diags if d.severity is Severity.ERROR)
+    warnings = sum(1 for d in diags if d.severity is Severity.WARNING)
+    if not args.quiet:
+        print(f"checked {', '.join(args.paths)}: {errors} error(s), {warnings} warning(s)")
+    return 1 if errors else 0
+
+
+def fmt(args: argparse.Namespace) -> int:
+    from qlower.lang.formatter import format_text
+
+    files: list[Path] = []
+    for p in map(Path, args.paths):
+        if p.is_dir():
+            files.extend(sorted(p.rglob("*.qpat")))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise QlowerError(error(f"no such file or folder: {p}", code="io"))
+    unformatted = []
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        new = format_text(text, str(f))
+        if args.stdout:
+            sys.stdout.write(new)
+        elif new != text:
+            unformatted.append(f)
+            if not args.check:
+                tmp = f.with_name(f".{f.name}.tmp{os.getpid()}")
+                tmp.write_text(new, encoding="utf-8")
+                os.replace(tmp, f)
+    for f in unformatted:
+        print(f"{'would reformat' if args.check else 'reformatted'} {f}")
+    return 1 if (args.check and unformatted) else 0
+
+
+# ---------------------------------------------------------------------- lower
+def load_model(path: str, frontend: str = "auto"):
+    """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
+    from qlower.plugins import installed
+
+    p = Path(path)
+    if not p.exists():
+        raise QlowerError(error(f"no such file: {path}", code="io"))
+    frontends = installed().frontends
+    if frontend == "auto":
+        suffix = "".join(p.suffixes[-1:]).lower()
+        chosen = next((f for f in frontends.values() if suffix in f.suffixes), None)
+        if chosen is None:
+            raise QlowerError(error(f"no frontend reads {suffix or 'files without a suffix'}",
+                                    hint=f"pass --frontend, one of {', '.join(sorted(frontends))}", code="frontend"))
+    else:
+        chosen = frontends.get(frontend)
+        if chosen is None:
+            raise QlowerError(error(f"unknown frontend {frontend}",
+                                    hint=f"one of {', '.join(sorted(frontends))}", code="frontend"))
+    return chosen.load(p)
+
+
+def dialect_of(graph) -> str | None:
+    from collections import Counter
+
+    c = Counter(op.dialect for op in graph.ops if op.dialect != "qnn")
+    return c.most_common(1)[0][0] if c else None
+
+
+def rules_for(args, graph):
+    from qlower.api import load_rules
+    from qlower.plugins import installed
+
+    if args.rules:
+        return load_rules(args.rules, opdefs=args.opdefs)
+    dialect = dialect_of(graph)
+    if dialect is None:
+        return load_rules([], opdefs=args.opdefs)
+    if installed().pack(dialect) is None:
+        raise QlowerError(error(f"no shipped rule pack for dialect {dialect}", hint="pass --rules PATH",
+                                code="no-pack"))
+    return load_rules([installed().pack(dialect)], opdefs=args.opdefs)
+
+
+def lower(args: argparse.Namespace) -> int:
+    from qlower.api import lower as lower_graph
+
+    t0 = time.perf_counter()
+    _progress(args, f"loading {args.model}")
+    graph = load_model(args.model, args.frontend)
+    rules = rules_for(args, graph)
+    t_load = time.perf_counter() - t0
+    _progress(args, f"lowering {len(graph)} ops for {args.backend}")
+    result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None,
+                         allow_partial=args.allow_partial, validate=not args.no_validate)
+    diags = result.diagnostics
+    if diags:
+        print(render_all(diags, rules.sources), file=sys.stderr)
+    outdir = Path(args.outdir) if args.outdir else Path(args.model).resolve().parent
+    written = []
+    if result.ok:
+        _progress(args, f"writing artifacts to {outdir}")
+        written = result.save(outdir, converter_command=" ".join(["qlower", "lower", *sys.argv[2:]]))
+    result.timings["load"] = t_load
+    result.timings["total"] = time.perf_counter() - t0
+    if args.timings:
+        t = result.timings
+        _write_json_atomic(Path(args.timings), {
+            "load": t.get("load", 0.0), "lower": t.get("lower", 0.0), "validate": t.get("validate", 0.0),
+            "emit": t.get("emit", 0.0), "total": t["total"], "ops_in": result.ops_in,
+            "ops_out": len(result.qnn.ops) if result.qnn else 0})
+    verify_line = None
+    if args.verify and result.ok:
+        from qlower.verify.compare import compare_lowering
+
+        verify_line = compare_lowering(args.model, args.frontend, result, rules)
+    if not args.quiet:
+        _summary(args, result, written, verify_line)
+    if args.report is not None:
+        report = {"model": args.model, "backend": args.backend, "ops_in": result.ops_in,
+                  "qnn_ops": result.qnn_op_counts(), "coverage": result.coverage_json(),
+                  "ok": result.ok}
+        if args.report != "-":
+            _write_json_atomic(Path(args.report), report)
+    if result.ok:
+        return 0
+    return 0 if args.allow_partial else 1
+
+
+def _summary(args, result, written, verify_line) -> None:
+    counts = result.qnn_op_counts()
+    print(f"{args.model}: {result.ops_in} source ops -> {sum(counts.values())} QNN ops for {args.backend.upper()}")
+    if args.report is not None:
+        print("  source op           count  rule(s)                               QNN ops")
+        for op_type, cov in sorted(result.coverage.items()):
+            rules = ", ".join(f"{r}×{n}" for r, n in sorted(cov.rules.items())) or (
+                "(fused)" if cov.unlowered == 0 else "(not lowered)")
+            emitted = ", ".join(f"{t[4:]}×{n}" for t, n in sorted(cov.emitted.items()))
+            print(f"  {op_type:<20}{cov.count:>5}  {rules:<38}{emitted}")
+    print("  QNN ops: " + ", ".join(f"{k}×{v}" for k, v in counts.items()))
+    errors = len(result.errors)
+    print(f"  validation on {args.backend.upper()}: {'ok' if result.ok else f'{errors} error(s)'}")
+    if verify_line:
+        print(f"  {verify_line}")
+    for p in written:
+        print(f"  wrote {p}")
+
+
+# ------------------------------------------------------------- run / validate
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from qlower.qnn.reader import load
+    from qlower.reference.interpreter import run as run_graph
+
+    graph = load(Path(args.net_json))
+    try:
+        with np.load(args.inputs, allow_pickle=False) as z:
+            inputs = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise QlowerError(error(f"cannot read inputs {args.inputs}: {exc}", code="io")) from None
+    outputs = run_graph(graph, inputs)
+    out = Path(args.output)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}.npz")
+    try:
+        np.savez(tmp, **outputs)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    print(f"ran {len(graph.ops)} ops; wrote {', '.join(outputs)} to {out}")
+    return 0
+
+
+def validate(args: argparse.Namespace) -> int:
+    from qlower.api import load_registry
+    from qlower.qnn.reader import load
+    from qlower.qnn.validate import validate_graph
+
+    graph = load(Path(args.net_json))
+    diags = validate_graph(graph, load_registry(args.opdefs), args.backend)
+    if diags:
+        print(render_all(diags), file=sys.stderr)
+    errors = sum(1 for d in diags if d.is_error)
+    print(f"{args.net_json}: {len(graph.ops)} ops, {errors} error(s) on {args.backend.upper()}")
+    return 1 if errors else 0
+
+
+# ----------------------------------------------------- test / explain / opdefs
+def test(args: argparse.Namespace) -> int:
+    from qlower.verify.runner import run_paths
+
+    return run_paths(args.paths, keyword=args.keyword, examples=args.examples, opdefs=args.opdefs)
+
+
+def explain(args: argparse.Namespace) -> int:
+    from qlower.rewrite.explain import explain as explain_node
+
+    graph = load_model(args.graph)
+    rules = rules_for(args, graph) if args.rules or True else None
+    text = explain_node(graph, rules, args.node, rule=args.rule, backend=args.backend)
+    print(text)
+    return 0
+
+
+def opdefs(args: argparse.Namespace) -> int:
+    from qlower.api import load_registry
+    from qlower.qnn.opdef import describe
+
+    registry = load_registry(args.opdefs)
+    if args.op and registry.op(args.op) is None:
+        from qlower.diagnostics import did_you_mean
+
+        raise QlowerError(error(f"unknown QNN op {args.op}", hint=did_you_mean(args.op, registry.names()),
+                                code="unknown-op"))
+    print(describe(registry, args.op, args.backend))
+    return 0
+
+
+def plugins(args: argparse.Namespace) -> int:
+    from qlower.plugins import installed
+
+    c = installed()
+    for p in c.plugins:
+        print(f"{p.name} {p.version}".rstrip())
+        if p.rule_packs:
+            print(f"  rule packs: {', '.join(sorted(p.rule_packs))}")
+        kernels = sum(len(k) for k in p.kernels.values())
+        if kernels:
+            print(f"  reference kernels: {kernels} ({', '.join(sorted(p.kernels))})")
+        if p.functions:
+            print(f"  functions: {', '.join(f.name for f in p.functions)}")
+        if p.opdefs:
+            print(f"  op definitions: {', '.join(str(x) for x in p.opdefs)}")
+        if p.frontends:
+            print(f"  frontends: {', '.join(f.name for f in p.frontends)}")
+    if c.conflicts:
+        print(render_all(c.conflicts), file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,124 @@
+"""The `qlower` command. Each verb is a thin shell over the Python API.
+
+Exit codes: 0 success, 1 a problem with the user's input (rules, graphs,
+lowering, validation), 2 a usage error. No traceback reaches the user unless
+`--debug` asks for one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from qlower.cli import commands
+from qlower.diagnostics import QlowerError
+
+BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # usage errors exit 2, as argparse does, with our wording
+        self.print_usage(sys.stderr)
+        print(f"qlower: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="qlower", description="Declarative lowering of model graphs to Qualcomm QNN.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("check", help="parse and check .qpat rule files or rule-pack folders")
+    s.add_argument("paths", nargs="+")
+    s.add_argument("--opdefs", action="append", default=[], help="extra OpDef XML (custom op package)")
+    s.add_argument("-q", "--quiet", action="store_true", help="print only errors and warnings, no summary")
+    s.set_defaults(func=commands.check)
+
+    s = sub.add_parser("fmt", help="format .qpat files canonically")
+    s.add_argument("paths", nargs="+")
+    s.add_argument("--check", action="store_true", help="exit 1 if a file is not formatted; change nothing")
+    s.add_argument("--stdout", action="store_true", help="print the formatted text instead of rewriting")
+    s.set_defaults(func=commands.fmt)
+
+    s = sub.add_parser("lower", help="lower a model graph to QNN and write the artifacts")
+    s.add_argument("model")
+    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch or a plugin frontend")
+    s.add_argument("--rules", action="append", default=[], help="rule file or folder (default: the shipped "
+                   "pack for the graph's dialect)")
+    s.add_argument("--backend", default="htp", choices=BACKENDS)
+    s.add_argument("-o", "--outdir", default=None, help="where to write artifacts (default: next to the model)")
+    s.add_argument("--report", nargs="?", const="-", default=None,
+                   help="print the coverage report (and write it as JSON to FILE if given)")
+    s.add_argument("--timings", default=None, metavar="FILE", help="write phase wall times as JSON")
+    s.add_argument("--opdefs", action="append", default=[])
+    s.add_argument("--allow-partial", action="store_true", help="keep going and report what was not lowered")
+    s.add_argument("--no-float16", action="store_true", help="keep float32 on HTP")
+    s.add_argument("--no-validate", action="store_true", help=argparse.SUPPRESS)
+    s.add_argument("--verify", action="store_true",
+                   help="run source and lowered graphs on random inputs and report the max difference")
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=commands.lower)
+
+    s = sub.add_parser("run", help="run a QNN graph (_net.json + .bin) on inputs with the reference kernels")
+    s.add_argument("net_json")
+    s.add_argument("--inputs", required=True, help=".npz keyed by input tensor name")
+    s.add_argument("-o", "--output", required=True, help=".npz to write, keyed by output name")
+    s.set_defaults(func=commands.run)
+
+    s = sub.add_parser("validate", help="validate a _net.json against a backend's op definitions")
+    s.add_argument("net_json")
+    s.add_argument("--backend", required=True, choices=BACKENDS)
+    s.add_argument("--opdefs", action="append", default=[])
+    s.set_defaults(func=commands.validate)
+
+    s = sub.add_parser("test", help="run the test blocks of rule files")
+    s.add_argument("paths", nargs="+")
+    s.add_argument("-k", dest="keyword", default=None, help="only tests whose name contains this")
+    s.add_argument("--examples", type=int, default=None, help="hypothesis examples per test")
+    s.add_argument("--opdefs", action="append", default=[])
+    s.set_defaults(func=commands.test)
+
+    s = sub.add_parser("explain", help="say why rules do or do not match a node")
+    s.add_argument("graph")
+    s.add_argument("--node", required=True)
+    s.add_argument("--rule", default=None)
+    s.add_argument("--rules", action="append", default=[])
+    s.add_argument("--backend", default=None, choices=BACKENDS)
+    s.set_defaults(func=commands.explain)
+
+    s = sub.add_parser("opdefs", help="show what QNN ops accept on a backend")
+    s.add_argument("op", nargs="?")
+    s.add_argument("--backend", default=None, choices=BACKENDS)
+    s.add_argument("--opdefs", action="append", default=[])
+    s.set_defaults(func=commands.opdefs)
+
+    s = sub.add_parser("plugins", help="list installed plugins and what they contribute")
+    s.set_defaults(func=commands.plugins)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        return int(args.func(args) or 0)
+    except QlowerError as exc:
+        print(exc.render(getattr(exc, "sources", None)), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("qlower: interrupted", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug in qlower, not in the user's input
+        if args.debug:
+            raise
+        print(f"qlower: internal error: {type(exc).__name__}: {exc}\n"
+              f"This is a bug in qlower; run again with --debug for a traceback.", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
