@@ -87,14 +87,29 @@ def _check_storage(t: QnnTensor, subject: str) -> None:
         if t.data is None:
             raise _fail("static tensor has no data", subject)
         want = to_numpy(t.datatype)
-        if t.data.dtype != want:
-            raise _fail(f"static data has dtype {t.data.dtype}, but {t.datatype.qnn_name} "
-                        f"is stored as {want}", subject)
+        if t.data.dtype != want and not _lossless(t.data, want):
+            raise _fail(f"static data of dtype {t.data.dtype} does not convert exactly to {want}, "
+                        f"the storage of {t.datatype.qnn_name}", subject)
         if t.data.size != num_elements(t.dims):
             raise _fail(f"static data has {t.data.size} elements, dims {list(t.dims)} "
                         f"need {num_elements(t.dims)}", subject)
     elif t.data is not None:
         raise _fail(f"only STATIC tensors carry data, this one is {t.type.name}", subject)
+
+
+def _lossless(data: np.ndarray, want: np.dtype) -> bool:
+    try:
+        cast = data.astype(want)
+        return bool(np.array_equal(cast.astype(data.dtype), data, equal_nan=data.dtype.kind in "fc"))
+    except (TypeError, ValueError, OverflowError):
+        return False
+
+
+def storage(tensor: QnnTensor) -> np.ndarray:
+    """The static data in the datatype's storage dtype (other dtypes are accepted when exact)."""
+    assert tensor.data is not None
+    want = to_numpy(tensor.datatype)
+    return tensor.data if tensor.data.dtype == want else tensor.data.astype(want)
 
 
 def _check_encoding(t: QnnTensor, subject: str) -> None:
@@ -215,8 +230,7 @@ def _ids(graph: QnnGraph, param_tensors: list[QnnTensor]) -> dict[str, int]:
 
 def raw_bytes(tensor: QnnTensor) -> bytes:
     """The tensor's data as the `.raw` file holds it: dense, C order, little-endian."""
-    assert tensor.data is not None
-    data = np.ascontiguousarray(tensor.data)
+    data = np.ascontiguousarray(storage(tensor))
     return data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
 
 

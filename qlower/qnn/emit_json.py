@@ -21,7 +21,7 @@ import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn.datatypes import DataType, to_numpy
-from qlower.qnn.emit_bin import Layout, num_elements, plan
+from qlower.qnn.emit_bin import Layout, num_elements, plan, storage
 from qlower.qnn.model import EncodingKind, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorParam
 
 DEFINITION_DEFINED = 1
@@ -131,7 +131,7 @@ def tensor_json(t: QnnTensor, tensor_id: int, *, inline_data: bool = False,
     if params_count is not None:
         out["params_count"] = params_count
     if inline_data and t.data is not None:
-        out["data"] = np.asarray(t.data).reshape(tuple(int(d) for d in t.dims)).tolist()
+        out["data"] = storage(t).reshape(tuple(int(d) for d in t.dims)).tolist()
     return out
 
 

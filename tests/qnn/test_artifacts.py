@@ -196,6 +196,16 @@ def test_cpp_is_plausible(tmp_path: Path) -> None:
     assert "QnnModel_composeGraphs" in cpp and cpp.count("static ModelError_t addNode_") == 3
 
 
+def test_exactly_representable_data_is_stored_in_the_storage_dtype(tmp_path: Path) -> None:
+    g = rich_graph()
+    g.tensors["bias"].data = np.array([1, 2, 3, 4], dtype=np.int64)  # e.g. from a Python list
+    g.ops[0].params[1].tensor.data = np.array([1, 0])
+    artifacts.save(g, tmp_path)
+    back = reader.load(tmp_path / "rich_net.json")
+    assert back.tensors["bias"].data.dtype == np.int32 and back.tensors["bias"].data.tolist() == [1, 2, 3, 4]
+    assert back.ops[0].params[1].tensor.data.dtype == np.uint32
+
+
 def test_c_identifiers_are_unique_and_keep_valid_names() -> None:
     ids = emit_bin.c_identifiers(["a.b", "a_b", "1x", "a-b", "ok"])
     assert ids["a_b"] == "a_b" and ids["ok"] == "ok" and ids["1x"] == "_1x"
@@ -226,7 +236,8 @@ def test_failed_save_leaves_no_partial_files(tmp_path: Path, monkeypatch: pytest
 @pytest.mark.parametrize("breakage, needle", [
     (lambda g: g.inputs.pop(), "not listed in graph inputs"),
     (lambda g: g.outputs.append("mid"), "not an APP_READ tensor"),
-    (lambda g: setattr(g.tensors["bias"], "data", np.zeros(4, np.int64)), "bias"),
+    (lambda g: setattr(g.tensors["bias"], "data", np.full(4, 2**40, np.int64)), "does not convert exactly"),
+    (lambda g: setattr(g.tensors["f32"], "data", np.full((1, 4), 0.1)), "f32"),
     (lambda g: setattr(g.tensors["bias"], "dims", (5,)), "elements"),
     (lambda g: g.ops[1].params.append(TensorParam("p", static("bias", DT.INT_32, np.zeros(1, np.int32)))),
      "used twice"),

@@ -314,3 +314,26 @@ def test_shape_error_from_rules(registry: OpDefRegistry, monkeypatch: pytest.Mon
 def test_shape_checks_skipped_without_shapes_module(registry: OpDefRegistry) -> None:
     b = Builder()  # the autouse fixture hides qlower.qnn.shapes
     assert validate_op(neuron(b, (1, 8), (1, 9)), b.graph, registry, "htp") == []
+
+
+def test_failing_shape_rule_degrades_to_warning(registry: OpDefRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_shapes(monkeypatch)
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("rule bug")
+
+    monkeypatch.setattr(sys.modules["qlower.qnn.shapes"], "infer", broken)
+    b = Builder()
+    [d] = validate_op(neuron(b, (1, 8), (1, 8)), b.graph, registry, "htp")
+    assert d.code == "shape-internal" and not d.is_error and "rule bug" in d.message
+
+
+def test_op_in_wrong_package(tmp_path: Path) -> None:
+    path = tmp_path / "fancy.xml"
+    path.write_text(CUSTOM)
+    reg = OpDefRegistry.load([path])
+    b = Builder()
+    x, w, y = b.t("x", D.FLOAT_16, (4, 4)), b.t("w", D.FLOAT_32, (4, 4), STATIC), b.t("y", D.FLOAT_16, (4, 4))
+    op = b.op("f", "Fancy", [x, w], [y])  # package left at qti.aisw
+    [d] = validate_op(op, b.graph, reg, "htp")
+    assert d.code == "unknown-op" and "package my.ops" in d.hint

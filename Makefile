@@ -1,0 +1,33 @@
+# Every target creates its own virtual environment, so a fresh clone needs only python3 and make.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+QLOWER := $(VENV)/bin/qlower
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,onnx]' -e tests/example_plugin
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The main job: build the Qwen2-VL example graphs and lower them for HTP with the shipped rules.
+demo: $(STAMP)
+	$(PY) examples/build_qwen2vl.py examples
+	$(QLOWER) lower examples/qwen2vl_vision_block.json --backend htp -o out/vision_f16 --report --verify
+	$(QLOWER) lower examples/qwen2vl_decoder_layer.json --backend htp -o out/decoder_f16 --report --verify
+	$(QLOWER) lower examples/qwen2vl_vision_block_w8a16.json --backend htp -o out/vision_w8a16 --report --verify
+	$(QLOWER) lower examples/qwen2vl_decoder_layer_w8a16.json --backend htp -o out/decoder_w8a16 --report --verify
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:randomly
+
+bench: $(STAMP)
+	$(PY) bench/run_bench.py
+
+clean:
+	rm -rf $(VENV) out build *.egg-info
