@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from qlower.diagnostics import Diagnostic, Note, SourceCache, did_you_mean, error, warning
+from qlower.diagnostics import Diagnostic, Note, SourceCache, error, warning
 from qlower.lang import ast
 from qlower.lang.checker_rules import RuleChecker
 from qlower.lang.checker_sigs import BACKENDS, Context, Locator
 from qlower.lang.checker_tests import TestChecker
-from qlower.lang.checker_types import ATTR_TYPES, ExprTyper
+from qlower.lang.checker_types import ATTR_TYPES, ExprTyper, suggest
 from qlower.lang.registry import TargetRegistry
 from qlower.rewrite.functions import FunctionTable
 
@@ -39,8 +39,12 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
         if first is not r:
             ctx.report(error(f"rule `{r.name}` is defined twice", span=_name_span(ctx, r, "rule"),
                              code="duplicate-rule", notes=[Note("first defined here", _name_span(ctx, first, "rule"))]))
+    broken: set[int] = set()  # rules with errors do not shadow others
     for r in rules:
+        n = sum(d.is_error for d in ctx.diagnostics)
         RuleChecker(ctx, r).run()
+        if sum(d.is_error for d in ctx.diagnostics) > n:
+            broken.add(id(r))
     tests: dict[str, ast.Test] = {}
     for m in modules:
         for t in m.tests:
@@ -50,7 +54,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
                                  code="duplicate-test",
                                  notes=[Note("first defined here", _name_span(ctx, first_t, "test"))]))
             TestChecker(ctx, t).run()
-    _check_shadowing(ctx, rules)
+    _check_shadowing(ctx, rules, broken)
     order = {m.file: i for i, m in enumerate(modules)}
     big = len(order)
     return sorted(ctx.diagnostics, key=lambda d: (order.get(d.span.file, big), d.span.line, d.span.column)
@@ -105,9 +109,9 @@ def _check_decl(ctx: Context, d: ast.OpDecl) -> None:
         t = str(a.type)
         if t not in ATTR_TYPES:
             ctx.report(error(f"unknown attribute type `{t}`", span=a.type.span,
-                             hint=did_you_mean(t, ATTR_TYPES) or f"types are {', '.join(ATTR_TYPES)}",
+                             hint=suggest(t, ATTR_TYPES) or f"types are {', '.join(ATTR_TYPES)}",
                              code="unknown-type"))
-        elif a.default is not None:
+        elif a.default is not None and not (isinstance(a.default, ast.Literal) and a.default.value is None):
             typer.expect(a.default, t, f"the default of `{a.name}`")
 
 
@@ -161,7 +165,7 @@ def _matches_all(ctx: Context, rule: ast.Rule) -> bool:
     return True
 
 
-def _check_shadowing(ctx: Context, rules: list[ast.Rule]) -> None:
+def _check_shadowing(ctx: Context, rules: list[ast.Rule], broken: set[int]) -> None:
     """Warn about rules that an earlier-tried rule matching every op of their root type hides."""
     ranked = sorted(range(len(rules)), key=lambda i: (-benefit(rules[i]), i))
     catch_all: dict[str, list[ast.Rule]] = {}
@@ -180,6 +184,6 @@ def _check_shadowing(ctx: Context, rules: list[ast.Rule]) -> None:
                     hint=f"constrain `{s.name}`, or give `{r.name}` a higher benefit",
                     notes=[Note(f"rule `{s.name}` is here", _name_span(ctx, s, "rule"))]))
                 break
-        if _matches_all(ctx, r):
+        if id(r) not in broken and _matches_all(ctx, r):
             for t in types:
                 catch_all.setdefault(t, []).append(r)

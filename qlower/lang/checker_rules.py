@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import attrs
 
-from qlower.diagnostics import Note, Span, did_you_mean, error, warning
+from qlower.diagnostics import Note, Span, error, warning
 from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
 from qlower.lang.checker_sigs import Context, OpSig, attr_literal_ok
-from qlower.lang.checker_types import ANY, DTYPE_CONSTANTS, ExprTyper, assignable, join
+from qlower.lang.checker_types import ANY, DTYPE_CONSTANTS, ExprTyper, assignable, join, suggest
 
 PATTERN_KINDS = frozenset({"capture", "rest", "dim", "attr", "nested"})
 _DESCRIBE = {"capture": "a value capture", "rest": "a rest capture", "dim": "a dim capture",
@@ -39,7 +39,8 @@ def _names(ns: set[str]) -> str:
 
 
 def binding_spans(rule: ast.Rule) -> dict[str, Span | None]:
-    """Where each name of a rule is first bound, for "bound after its use" notes."""
+    """Where each name of a rule is first bound (the span of the binding node; a
+    `let`'s span starts at the keyword), for "bound after its use" notes."""
     out: dict[str, Span | None] = {}
 
     def pat(p: ast.OpPattern) -> None:
@@ -90,8 +91,9 @@ class RuleChecker:
         self.emitted: dict[bool, str] = {}  # is-qnn → first emitted op of that kind
         self._log: list[str] | None = None  # names bound inside an alternative
         self._alt_before: set[str] = set()
-        later = binding_spans(rule)
-        self.typer = ExprTyper(ctx.functions, ctx.report, self._lookup, lambda: list(self.scope), later.get)
+        self._bound_later = binding_spans(rule)
+        self._used_early: set[str] = set()  # used before being bound: reported once, not again as unused
+        self.typer = ExprTyper(ctx.functions, ctx.report, self._lookup, lambda: list(self.scope), self._later)
         self.name_span = ctx.locate.find(rule.span, rule.name, after="rule")
 
     def _lookup(self, name: str, span: Span | None) -> str | None:
@@ -100,6 +102,16 @@ class RuleChecker:
             return None
         b.used = True
         return b.type
+
+    def _later(self, name: str) -> Span | None:
+        span = self._bound_later.get(name)
+        if span is None:
+            return None
+        self._used_early.add(name)
+        return self._at(span, name, after="let") if self._is_let(name) else span
+
+    def _is_let(self, name: str) -> bool:
+        return any(isinstance(s, ast.Let) and s.name == name for s in self.rule.body)
 
     def _at(self, span: Span | None, name: str, after: str | None = None) -> Span | None:
         return self.ctx.locate.find(span, name, after)
@@ -167,7 +179,7 @@ class RuleChecker:
             self._log.append(name)
         b = self.scope.get(name)
         if b is None:
-            self.scope[name] = Binding(name, kind, type_, span)
+            self.scope[name] = Binding(name, kind, type_, span, used=name in self._used_early)
         elif b.kind in PATTERN_KINDS and kind in PATTERN_KINDS and join(b.type, type_) == b.type:
             if self._log is None or name in self._alt_before:
                 b.used = True
@@ -184,7 +196,7 @@ class RuleChecker:
             self.ctx.report(error(f"`{name}` is already bound as {_DESCRIBE[b.kind]}", span=span, code="redefined",
                                   notes=[Note("bound here", b.span)]))
             return
-        self.scope[name] = Binding(name, kind, type_, span)
+        self.scope[name] = Binding(name, kind, type_, span, used=name in self._used_early)
 
     # ------------------------------------------------------------- patterns
 
@@ -210,7 +222,7 @@ class RuleChecker:
             values = [b.name for b in self.scope.values() if b.type == "value" and b.kind != "result"]
             what = f"`{names[0]}` is not" if names else "`_` is not"
             self.ctx.report(error(f"{what} a value captured earlier; a later `match` constrains the producer of one",
-                                  span=binders.span, hint=did_you_mean(names[0], values) if names else None,
+                                  span=binders.span, hint=suggest(names[0], values) if names else None,
                                   code="dag-binder"))
         for n in names:
             b = self.scope.get(n)
@@ -249,7 +261,7 @@ class RuleChecker:
         seen: dict[str, ast.AttrPat] = {}
         for a in p.attrs:
             if a.name in seen:
-                self.ctx.report(error(f"attribute `{a.name}` is matched twice", span=a.span, code="duplicate-param",
+                self.ctx.report(error(f"attribute `{a.name}` is matched twice", span=a.span, code="duplicate-attr",
                                       notes=[Note("first matched here", seen[a.name].span)]))
                 continue
             seen[a.name] = a
@@ -259,7 +271,7 @@ class RuleChecker:
                 if asig is None:
                     code = "unknown-param" if sig.target else "unknown-attr"
                     self.ctx.report(error(f"unknown {sig.word} `{a.name}` for {sig.name}", span=a.span,
-                                          hint=did_you_mean(a.name, sig.attrs), code=code))
+                                          hint=suggest(a.name, sig.attrs), code=code))
                     continue
                 types.append(asig.type)
                 if a.kind != "literal":
@@ -274,6 +286,8 @@ class RuleChecker:
                 for u in types[1:]:
                     t = join(t, u) or ANY
                 self._bind(str(a.value), "attr", t, self._at(a.span, str(a.value), after=":"))
+                if not types and a.value in self.scope:
+                    self.scope[str(a.value)].used = True  # already reported as unknown
 
     def _operand(self, o: ast.OperandPat) -> None:
         if isinstance(o, ast.Capture):
@@ -315,7 +329,7 @@ class RuleChecker:
             return
         if vt.dtype is not None and canonical_dtype(vt.dtype) is None:
             self.ctx.report(error(f"unknown dtype `{vt.dtype}`", span=self._at(vt.span, vt.dtype),
-                                  hint=did_you_mean(vt.dtype, DTYPE_CONSTANTS), code="unknown-dtype"))
+                                  hint=suggest(vt.dtype, DTYPE_CONSTANTS), code="unknown-dtype"))
         rests = [d for d in vt.shape or () if d.kind == "rest"]
         for d in rests[1:]:
             self.ctx.report(error("a shape pattern may hold one `...` only", span=d.span, code="dim-rest"))

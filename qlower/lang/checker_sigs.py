@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from qlower.diagnostics import Diagnostic, Note, Severity, SourceCache, Span, did_you_mean, error
+from qlower.diagnostics import Diagnostic, Note, Severity, SourceCache, Span, error
 from qlower.lang import ast
 from qlower.graph.types import canonical_dtype
-from qlower.lang.checker_types import ATTR_TYPES, ExprTyper, assignable, dtype_literal_ok, literal_type
+from qlower.lang.checker_types import ATTR_TYPES, ExprTyper, assignable, dtype_literal_ok, literal_type, suggest
 from qlower.lang.registry import TargetParam, TargetRegistry
 from qlower.rewrite.functions import FunctionTable
 
@@ -162,10 +162,10 @@ class Context:
         if qname.startswith("qnn.") and not source_only:
             if self._target_names is None:
                 self._target_names = [f"qnn.{n}" for n in self.registry.names()]
-            self.report(error(f"unknown QNN op `{qname}`", span=span, hint=did_you_mean(qname, self._target_names),
+            self.report(error(f"unknown QNN op `{qname}`", span=span, hint=suggest(qname, self._target_names),
                               code="unknown-target-op"))
         else:
-            hint = did_you_mean(qname, self.decls)
+            hint = suggest(qname, self.decls)
             if hint is None and qname.startswith("qnn."):
                 hint = "test graphs hold source ops only"
             self.report(error(f"unknown op `{qname}`", span=span, hint=hint, code="unknown-op"))
@@ -177,7 +177,7 @@ class Context:
         for b in names or ():
             if b not in BACKENDS:
                 self.report(error(f"unknown backend `{b}`", span=self.locate.find(span, b, after="backends"),
-                                  hint=did_you_mean(b, BACKENDS) or f"backends are {', '.join(BACKENDS)}",
+                                  hint=suggest(b, BACKENDS) or f"backends are {', '.join(BACKENDS)}",
                                   code="unknown-backend"))
 
     def check_arity(self, sig: OpSig, n_fixed: int, open_: bool, span: Span | None, what: str = "") -> None:
@@ -224,7 +224,7 @@ class Context:
             if a is None:
                 typer.infer(p.expr)
                 self.report(error(f"unknown {sig.word} `{p.name}` for {sig.name}", span=p.span,
-                                  hint=did_you_mean(p.name, sig.attrs),
+                                  hint=suggest(p.name, sig.attrs),
                                   code="unknown-param" if sig.target else "unknown-attr"))
                 continue
             t = typer.infer(p.expr)
@@ -247,7 +247,7 @@ class Context:
         if isinstance(v, str):
             if v.upper() not in (x.upper() for x in enum):
                 self.report(error(f"`{v}` is not a value of {sig.word} `{a.name}` of {sig.name}", span=e.span,
-                                  hint=did_you_mean(v, enum) or f"one of {', '.join(enum)}", code="param-enum"))
+                                  hint=suggest(v, enum) or f"one of {', '.join(enum)}", code="param-enum"))
         elif isinstance(v, int) and not isinstance(v, bool):
             if not 0 <= v < len(enum):
                 self.report(error(f"{v} is out of range for {sig.word} `{a.name}` of {sig.name} "

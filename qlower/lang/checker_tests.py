@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from qlower.diagnostics import Note, Span, did_you_mean, error
+from qlower.diagnostics import Note, Span, error
 from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
 from qlower.lang.checker_sigs import Context
-from qlower.lang.checker_types import DTYPE_CONSTANTS, ExprTyper
+from qlower.lang.checker_types import DTYPE_CONSTANTS, ExprTyper, suggest
 
 
 class TestChecker:
@@ -33,7 +33,7 @@ class TestChecker:
             self._rule_ref(t.rule, self._at(t.span, t.rule, after="for"))
         elif t.name not in ctx.rules:
             ctx.report(error(f"no rule named `{t.name}` to test", span=self._at(t.span, t.name, after="test"),
-                             hint=did_you_mean(t.name, ctx.rules) or f"write `test {t.name} for RULE`",
+                             hint=suggest(t.name, ctx.rules) or f"write `test {t.name} for RULE`",
                              code="unknown-rule"))
         has_graph = False
         for s in t.body:
@@ -58,7 +58,7 @@ class TestChecker:
 
     def _rule_ref(self, name: str, span: Span | None) -> None:
         if name not in self.ctx.rules:
-            self.ctx.report(error(f"unknown rule `{name}`", span=span, hint=did_you_mean(name, self.ctx.rules),
+            self.ctx.report(error(f"unknown rule `{name}`", span=span, hint=suggest(name, self.ctx.rules),
                                   code="unknown-rule"))
 
     def _define(self, name: str, span: Span | None) -> None:
@@ -73,7 +73,7 @@ class TestChecker:
     def _tensor_type(self, tt: ast.TensorType) -> None:
         if canonical_dtype(tt.dtype) is None:
             self.ctx.report(error(f"unknown dtype `{tt.dtype}`", span=self._at(tt.span, tt.dtype),
-                                  hint=did_you_mean(tt.dtype, DTYPE_CONSTANTS), code="unknown-dtype"))
+                                  hint=suggest(tt.dtype, DTYPE_CONSTANTS), code="unknown-dtype"))
         for d in tt.dims:
             if d.hi is not None and d.lo > d.hi:
                 self.ctx.report(error(f"dim range {d.lo}..{d.hi} is empty", span=d.span,
@@ -85,7 +85,7 @@ class TestChecker:
         for a in node.args:
             if a.kind == "value" and a.name not in self.values:
                 self.ctx.report(error(f"undefined name `{a.name}`", span=a.span, code="undefined-name",
-                                      hint=did_you_mean(a.name or "", self.values)))
+                                      hint=suggest(a.name or "", self.values)))
         if sig is not None:
             self.ctx.check_args(sig, node.args, op_span)
             self.ctx.check_params(sig, node.params, self.typer, op_span)

@@ -8,7 +8,8 @@ type `any` so one mistake yields one diagnostic.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Iterable
 
 from qlower.diagnostics import Note, Span, did_you_mean, error
 from qlower.graph.types import DTYPE_ALIASES, DTYPE_NAMES, canonical_dtype
@@ -35,7 +36,7 @@ def assignable(actual: str, expected: str) -> bool:
     if actual == expected or ANY in (actual, expected):
         return True
     if expected in NUMERIC and actual in NUMERIC:
-        return True
+        return not (expected == "int" and actual == "float")
     if actual == "none":
         return expected in ("encoding", "none")
     if expected == "tensor":
@@ -86,6 +87,18 @@ def dtype_literal_ok(expr: ast.Expr) -> bool:
     return isinstance(expr, ast.Literal) and isinstance(expr.value, str) and canonical_dtype(expr.value) is not None
 
 
+def suggest(name: str, candidates: Iterable[str]) -> str | None:
+    """`did_you_mean`, preferring the earliest candidate among equally close ones
+    (declaration order: `transpose_in0` before `transpose_in1`)."""
+    pool = list(dict.fromkeys(candidates))
+    close = difflib.get_close_matches(name, pool, n=len(pool) or 1, cutoff=0.6)
+    if close:
+        best = difflib.SequenceMatcher(None, name, close[0]).ratio()
+        ties = {c for c in close if difflib.SequenceMatcher(None, name, c).ratio() == best}
+        pool = [next(c for c in pool if c in ties)]
+    return did_you_mean(name, pool)
+
+
 Lookup = Callable[[str, Span | None], "str | None"]
 Report = Callable[..., None]
 
@@ -134,7 +147,7 @@ class ExprTyper:
             return "dtype"
         where = self.later(e.id)
         notes = [Note(f"`{e.id}` is bound here, after its use", where)] if where else []
-        hint = None if where else did_you_mean(e.id, [*self.candidates(), *sorted(DTYPE_CONSTANTS)])
+        hint = None if where else suggest(e.id, [*self.candidates(), *sorted(DTYPE_CONSTANTS)])
         self.report(error(f"undefined name `{e.id}`", span=e.span, hint=hint, notes=notes, code="undefined-name"))
         return ANY
 
@@ -156,7 +169,7 @@ class ExprTyper:
         args = [self.infer(a) for a in e.args]
         if fn is None:
             self.report(error(f"unknown function `{e.func}`", span=e.span,
-                              hint=did_you_mean(e.func, self.functions.names()), code="unknown-function"))
+                              hint=suggest(e.func, self.functions.names()), code="unknown-function"))
             return ANY
         lo, hi = fn.min_args, fn.max_args
         if len(args) < lo or (hi is not None and len(args) > hi):
@@ -234,8 +247,8 @@ class ExprTyper:
             j = join(a, b)
             return j if j is not None else self._err(f"cannot join {a} and {b}", e)
         if op in ("in", "not in"):
-            if b == "str" and assignable(a, "str"):
-                return "bool"
+            if b == "str":
+                return "bool" if assignable(a, "str") else self._err(f"cannot look for {a} in str", e)
             if b != ANY and elem(b) is None:
                 return self._err(f"`{op}` needs a list on the right, not {b}", e.right)
             if b != ANY and not comparable(a, elem(b) or ANY):

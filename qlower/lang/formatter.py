@@ -293,10 +293,10 @@ class _Comments:
         return out + self.end.get(id(node), [])
 
 
-def _gap(c: ast.Comment, item) -> bool:
-    """Whether a blank line separated a comment from the item below it."""
-    span = getattr(item, "span", None)
-    return c.own_line and span is not None and span.line > c.line + 1
+def _gap(c: ast.Comment, below: ast.Comment | ast.Item) -> bool:
+    """Whether a blank line (or more) separated a comment from what is below it."""
+    line = below.line if isinstance(below, ast.Comment) else getattr(below.span, "line", None)
+    return c.own_line and line is not None and line > c.line + 1
 
 
 # ------------------------------------------------------------------ layout
@@ -320,7 +320,7 @@ class _Printer:
             notes = self.comments.before.get(id(item), [])
             if prev is not None and not (isinstance(prev, ast.Import) and isinstance(item, ast.Import) and not notes):
                 self.lines.append("")
-            self.notes(0, notes)
+            self.top_notes(notes)
             if notes and (not isinstance(item, ast.Import) or _gap(notes[-1], item)):
                 self.lines.append("")  # keeps them free comments, not the item's doc
             self.item(item)
@@ -328,7 +328,14 @@ class _Printer:
         tail = self.comments.end.get(id(m), [])
         if tail and m.items:
             self.lines.append("")
-        self.notes(0, tail)
+        self.top_notes(tail)
+
+    def top_notes(self, comments: Sequence[ast.Comment]) -> None:
+        """Top-level comments keep the blank lines that separated them."""
+        for prev, c in zip([None, *comments], comments):
+            if prev is not None and _gap(prev, c):
+                self.lines.append("")
+            self.put(0, c.text)
 
     def doc(self, depth: int, doc: str | None) -> None:
         if doc is not None:

@@ -15,9 +15,10 @@ from types import MappingProxyType
 import attrs
 
 from qlower import _resources
-from qlower.diagnostics import Diagnostic, QlowerError, SourceCache, Span, did_you_mean, error, warning
+from qlower.diagnostics import Diagnostic, QlowerError, SourceCache, Span, error, warning
 from qlower.lang import ast
 from qlower.lang.checker import check
+from qlower.lang.checker_types import suggest
 from qlower.lang.checker_sigs import Locator
 from qlower.lang.parser import parse
 from qlower.lang.registry import TargetRegistry, default_registry
@@ -130,7 +131,7 @@ class _Load:
         if not pack.is_dir():
             known = sorted(p.name for p in self.packs_dir.glob("*/") if p.is_dir())
             self.diagnostics.append(error(f"unknown rule pack `{imp.target}`", span=self._at(imp),
-                                          hint=did_you_mean(imp.target, known) or (
+                                          hint=suggest(imp.target, known) or (
                                               f"packs are {', '.join(known)}" if known else None),
                                           code="unknown-import"))
             return

@@ -127,7 +127,7 @@ def _tensor(t: QnnTensor, layout: Layout, pad: str) -> tuple[list[str], list[str
         dims = f"dimensions_{c}"
     buf = (f"{{.clientBuf= {{ .data=BINVARSTART({c}), .dataSize=BINLEN({c})}}}}" if t.data is not None
            else "{.clientBuf= { .data=nullptr, .dataSize=0}}")
-    body = [f".id=0,", f".name= {cstr(t.name)},", f".type= QNN_TENSOR_TYPE_{t.type.name},",
+    body = [".id=0,", f".name= {cstr(t.name)},", f".type= QNN_TENSOR_TYPE_{t.type.name},",
             ".dataFormat= QNN_TENSOR_DATA_FORMAT_DENSE,", f".dataType= {t.datatype.qnn_name},",
             f".quantizeParams= {quant},", f".rank= {len(t.dims)},", f".dimensions={dims},",
             ".memType= QNN_TENSORMEMTYPE_RAW,", f"{buf},", ".isDynamicDimensions= nullptr,",

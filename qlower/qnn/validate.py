@@ -77,7 +77,7 @@ class _Plan:
     rows: tuple[_Row, ...]
     row_params: frozenset[str]  # params some row constrains
     bindings: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
-    matches: dict[tuple, tuple[frozenset[str], tuple]] = attrs.field(factory=dict)
+    matches: dict[tuple, tuple[frozenset[str], tuple | None]] = attrs.field(factory=dict)
 
     def limits(self, io: IODef) -> tuple[RankLimit, ...]:
         supp = self.targets.get(io.name)
@@ -160,6 +160,9 @@ def _literal(text: str) -> Any:
 
 
 def _equals_default(value: Any, default: Any) -> bool:
+    scalars = (bool, int, float, np.generic)
+    if isinstance(value, scalars) and isinstance(default, scalars):
+        return math.isclose(float(value), float(default), rel_tol=1e-6)
     try:
         if isinstance(default, tuple) and len(default) == 2 and default[0] == "fill":
             return bool(np.all(np.asarray(value, dtype=np.float64) == float(default[1])))
@@ -368,16 +371,13 @@ class _OpCheck:
             if p.name in plan.row_params and (allowed is None or dt in allowed):
                 values[p.name] = [dt]
         key = tuple((k, tuple(x)) for k, x in values.items())
-        if key not in plan.matches:
-            plan.matches[key] = _match(plan.rows, values)
-        matched, closest = plan.matches[key]
-        if not matched:
-            have = ", ".join(f"{k}={'/'.join(dt.name for dt in dict.fromkeys(x))}" for k, x in key)
-            notes = [Note(f"closest {row.config} row: " + "  ".join(
-                f"{n}={'|'.join(dt.name for dt in sorted(dts))}" for n, dts in row.checks if n in values)
-                + f" (differs at {', '.join(bad)})") for row, bad in closest]
-            self.err("datatype", f"datatypes {have} match no allowed combination on {self.v.label}",
-                     hint=f"see `qlower opdefs {plan.opdef.name} --backend {self.v.backend}`", notes=notes)
+        found = plan.matches.get(key)
+        if found is None:
+            found = plan.matches[key] = _match(plan, key, values, self.v)
+        matched, problem = found
+        if problem is not None:
+            message, hint, notes = problem
+            self.err("datatype", message, hint=hint, notes=notes)
         return matched
 
     # ------------------------------------------------------------ ranks, static, defaults
@@ -502,18 +502,23 @@ def _rule_matches(rule: StaticRule, t: QnnTensor) -> bool:
     return True
 
 
-def _match(rows: tuple[_Row, ...], values: Mapping[str, list[DataType]]) -> tuple[frozenset[str], tuple]:
-    """Configs of the rows every value fits; when none fits, the closest rows and where they differ."""
+def _match(plan: _Plan, key: tuple, values: Mapping[str, list[DataType]], v: _Validator) -> tuple:
+    """Configs of the rows every value fits; when none fits, the diagnostic text naming the closest rows."""
     matched: set[str] = set()
     scored = []
-    for row in rows:
+    for row in plan.rows:
         bad = [name for name, allowed in row.checks if any(dt not in allowed for dt in values.get(name, ()))]
         if not bad:
             matched.add(row.config)
         elif not matched:
             scored.append((len(bad), row, bad))
     if matched:
-        return frozenset(matched), ()
+        return frozenset(matched), None
     best = min((s for s, _, _ in scored), default=math.inf)
-    closest = tuple((row, tuple(bad)) for s, row, bad in scored if s == best)[:_MAX_NOTES]
-    return frozenset(), closest
+    closest = [(row, bad) for s, row, bad in scored if s == best][:_MAX_NOTES]
+    have = ", ".join(f"{k}={'/'.join(dt.name for dt in dict.fromkeys(x))}" for k, x in key)
+    notes = tuple(Note(f"closest {row.config} row: " + "  ".join(
+        f"{n}={'|'.join(dt.name for dt in sorted(dts))}" for n, dts in row.checks if n in values)
+        + f" (differs at {', '.join(bad)})") for row, bad in closest)
+    return frozenset(), (f"datatypes {have} match no allowed combination on {v.label}",
+                         f"see `qlower opdefs {plan.opdef.name} --backend {v.backend}`", notes)

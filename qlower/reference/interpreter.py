@@ -29,7 +29,9 @@ from qlower.diagnostics import QlowerError, did_you_mean, error
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import PACKAGE, EncodingKind, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorType
 from qlower.reference.qnn import QNN_KERNELS, RAW_IO_OPS
-from qlower.reference.quant import bfloat16_bits_to_float, dequantize, float_to_bfloat16_bits, quantize
+from qlower.reference.quant import (
+    bfloat16_bits_to_float, bit_range, dequantize, float_to_bfloat16_bits, quantize,
+)
 from qlower.reference.spec import KernelError, OutSpec
 
 # Scalar params whose integer value is in a tensor's quantized domain when that
@@ -92,9 +94,9 @@ def encode_value(tensor: QnnTensor, value: np.ndarray) -> np.ndarray:
     if storage == np.bool_:
         return value != 0
     if np.issubdtype(storage, np.integer) and np.issubdtype(value.dtype, np.integer) and value.size:
-        info = np.iinfo(storage)
-        if value.min() < info.min or value.max() > info.max:
-            raise ValueError(f"values in [{value.min()}, {value.max()}] do not fit {storage}")
+        lo, hi = bit_range(tensor.datatype, enc) if enc is not None else (np.iinfo(storage).min, np.iinfo(storage).max)
+        if value.min() < lo or value.max() > hi:
+            raise ValueError(f"values in [{value.min()}, {value.max()}] do not fit [{lo}, {hi}]")
     if np.issubdtype(storage, np.integer) and floating:
         raise ValueError(f"float data given for integer tensor of dtype {storage}")
     return value.astype(storage)
@@ -186,36 +188,81 @@ def _inputs_of(op: OpConfig, graph: QnnGraph, env: Mapping[str, np.ndarray]) -> 
     return tensors
 
 
+def _outputs_of(op: OpConfig, graph: QnnGraph) -> list[QnnTensor]:
+    tensors = []
+    for name in op.outputs:
+        t = graph.tensors.get(name)
+        if t is None:
+            raise _fail(f"output `{name}` of {op.type} is not a tensor of the graph", f"node {op.name}",
+                        "unknown-tensor")
+        tensors.append(t)
+    return tensors
+
+
+def _kernel_args(op: OpConfig, in_tensors: list[QnnTensor | None], env: Mapping[str, np.ndarray],
+                 raw: bool) -> list[np.ndarray | None]:
+    """Input values as the kernel sees them: stored (raw ops, bf16 decoded) or real."""
+    args: list[np.ndarray | None] = []
+    for t in in_tensors:
+        if t is None:
+            args.append(None)
+            continue
+        stored = np.asarray(t.data if t.type == TensorType.STATIC else env[t.name])
+        try:
+            if raw:
+                args.append(bfloat16_bits_to_float(stored) if t.datatype == DataType.BFLOAT_16 else stored)
+            else:
+                args.append(decode_value(t, stored))
+        except ValueError as exc:
+            raise _fail(f"cannot read input `{t.name}` of {op.type}: {exc}", f"node {op.name}", "bad-encoding") from None
+    return args
+
+
+def _real_params(op: OpConfig, params: dict[str, Any], in_tensors: list[QnnTensor | None],
+                 out_tensors: list[QnnTensor]) -> None:
+    """Rewrite the params of QUANTIZED_DOMAIN_PARAMS to real values, in place."""
+    for p in op.params:
+        where = QUANTIZED_DOMAIN_PARAMS.get((op.type, p.name))
+        if where is not None:
+            pool = in_tensors if where[0] == "in" else out_tensors
+            ref = pool[where[1]] if where[1] < len(pool) else None
+            params[p.name] = _to_real_param(params[p.name], p, ref)
+
+
+def _store(op: OpConfig, t: QnnTensor, spec: OutSpec, value: np.ndarray, raw: bool) -> np.ndarray:
+    """A kernel result, shape-checked, in the tensor's stored form."""
+    value = np.asarray(value)
+    if value.ndim == 0 and tuple(t.dims) == (1,):
+        value = value.reshape(1)
+    if value.shape != tuple(t.dims):
+        raise _fail(f"{op.type} output `{t.name}` has shape {list(value.shape)}, declared {list(t.dims)}",
+                    f"node {op.name}", "output-shape")
+    try:
+        if t.datatype == DataType.BFLOAT_16:
+            return float_to_bfloat16_bits(value)
+        if spec.encoding is not None and not raw:
+            return quantize(value, spec.encoding, t.datatype)
+    except ValueError as exc:
+        raise _fail(f"cannot store output `{t.name}` of {op.type}: {exc}", f"node {op.name}", "bad-encoding") from None
+    return value.astype(to_numpy(t.datatype), copy=False)
+
+
 def _run_op(graph: QnnGraph, op: OpConfig, env: dict[str, np.ndarray]) -> None:
     subject = f"node {op.name}"
     kernel = QNN_KERNELS.get(op.type) if op.package == PACKAGE else None
     if kernel is None:
         raise _fail(f"no reference kernel for {op.package}.{op.type}", subject, "no-kernel")
-    in_tensors = _inputs_of(op, graph, env)
-    stored = [None if t is None else (t.data if t.type == TensorType.STATIC else env[t.name]) for t in in_tensors]
-    out_tensors = []
-    for name in op.outputs:
-        t = graph.tensors.get(name)
-        if t is None:
-            raise _fail(f"output `{name}` of {op.type} is not a tensor of the graph", subject, "unknown-tensor")
-        out_tensors.append(t)
+    raw = op.type in RAW_IO_OPS
+    in_tensors, out_tensors = _inputs_of(op, graph, env), _outputs_of(op, graph)
     outs = [OutSpec(t.dims, _kernel_dtype(t), encoding_of(t)) for t in out_tensors]
     params = {p.name: _param_value(op, p) for p in op.params}
-    raw = op.type in RAW_IO_OPS
+    args = _kernel_args(op, in_tensors, env, raw)
     try:
         if raw:
             in_specs = [None if t is None else OutSpec(t.dims, _kernel_dtype(t), encoding_of(t)) for t in in_tensors]
-            args = [None if t is None else (bfloat16_bits_to_float(s) if t.datatype == DataType.BFLOAT_16 else s)
-                    for t, s in zip(in_tensors, stored)]
             results = kernel(args, params, outs, in_specs=in_specs)  # type: ignore[call-arg]
         else:
-            for p in op.params:
-                where = QUANTIZED_DOMAIN_PARAMS.get((op.type, p.name))
-                if where is not None:
-                    pool = in_tensors if where[0] == "in" else out_tensors
-                    ref = pool[where[1]] if where[1] < len(pool) else None
-                    params[p.name] = _to_real_param(params[p.name], p, ref)
-            args = [None if t is None else decode_value(t, s) for t, s in zip(in_tensors, stored)]
+            _real_params(op, params, in_tensors, out_tensors)
             results = kernel(args, params, outs)
     except KernelError as exc:
         raise _fail(f"{op.type}: {exc}", subject, "kernel-error") from exc
@@ -227,20 +274,7 @@ def _run_op(graph: QnnGraph, op: OpConfig, env: dict[str, np.ndarray]) -> None:
         raise _fail(f"{op.type} produced {len(results)} results for {len(out_tensors)} outputs", subject,
                     "output-count")
     for t, spec, value in zip(out_tensors, outs, results):
-        value = np.asarray(value)
-        if value.ndim == 0 and tuple(t.dims) == (1,):
-            value = value.reshape(1)
-        if value.shape != tuple(t.dims):
-            raise _fail(f"{op.type} output `{t.name}` has shape {list(value.shape)}, declared {list(t.dims)}",
-                        subject, "output-shape")
-        if raw:
-            env[t.name] = encode_value(t, value) if t.datatype == DataType.BFLOAT_16 else value.astype(to_numpy(t.datatype))
-        elif spec.encoding is not None:
-            env[t.name] = quantize(value, spec.encoding, t.datatype)
-        elif t.datatype == DataType.BFLOAT_16:
-            env[t.name] = float_to_bfloat16_bits(value)
-        else:
-            env[t.name] = value.astype(to_numpy(t.datatype), copy=False)
+        env[t.name] = _store(op, t, spec, value, raw)
 
 
 def run(graph: QnnGraph, inputs: Mapping[str, np.ndarray], *, keep_all: bool = False) -> dict[str, np.ndarray]:

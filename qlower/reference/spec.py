@@ -13,9 +13,13 @@ from qlower.qnn.model import QuantEncoding
 
 @attrs.frozen
 class OutSpec:
-    """Declared dtype, shape and (optional) encoding of one result."""
+    """Declared dtype, shape and (optional) encoding of one result.
 
-    shape: tuple[int, ...] = attrs.field(converter=tuple)
+    `shape` is None when the caller wants the kernel to tell it (building a
+    test graph, where results are typed by running the source semantics).
+    """
+
+    shape: tuple[int, ...] | None = attrs.field(converter=lambda s: None if s is None else tuple(s))
     dtype: np.dtype = attrs.field(converter=np.dtype)
     encoding: QuantEncoding | None = None
 

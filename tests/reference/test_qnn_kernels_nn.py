@@ -137,6 +137,26 @@ def test_transpose_conv2d_matches_onnx(group, stride, pads, out_pad):
     np.testing.assert_allclose(got, last_first(want), rtol=1e-4, atol=1e-5)
 
 
+def test_one_and_three_dimensional_variants_match_onnx():
+    x, w = rand(2, 7, 3), rand(3, 1, 6)
+    want = onnx_ref("Conv", [first_last(x), np.transpose(w, (2, 1, 0))], pads=[2, 0], dilations=[2], group=3)[0]
+    got = qnn("DepthWiseConv1d", [x, w], {"stride": 1, "pad_amount": np.array([2, 0]), "dilation": 2},
+              last_first(want).shape)
+    np.testing.assert_allclose(got, last_first(want), rtol=1e-4, atol=1e-5)
+    x, w = rand(1, 5, 3), rand(3, 3, 2)
+    want = onnx_ref("ConvTranspose", [first_last(x), np.transpose(w, (1, 2, 0))], strides=[2], pads=[1, 0],
+                    output_padding=[1])[0]
+    got = qnn("TransposeConv1d", [x, w], {"stride": 2, "pad_amount": np.array([1, 0]), "output_padding": 1},
+              last_first(want).shape)
+    np.testing.assert_allclose(got, last_first(want), rtol=1e-4, atol=1e-5)
+    x, w = rand(1, 2, 3, 3, 2), rand(2, 2, 1, 2, 3)
+    want = onnx_ref("ConvTranspose", [first_last(x), np.transpose(w, (3, 4, 0, 1, 2))], strides=[1, 2, 1],
+                    pads=[0, 1, 0, 1, 0, 0], dilations=[2, 1, 1])[0]
+    got = qnn("TransposeConv3d", [x, w], {"stride": np.array([1, 2, 1]), "dilation": np.array([2, 1, 1]),
+                                          "pad_amount": np.array([[0, 1], [1, 0], [0, 0]])}, last_first(want).shape)
+    np.testing.assert_allclose(got, last_first(want), rtol=1e-4, atol=1e-5)
+
+
 def test_conv_rejects_mismatched_groups():
     with pytest.raises(KernelError, match="group"):
         qnn("Conv2d", [rand(1, 4, 4, 4), rand(1, 1, 3, 4)], {"stride": np.array([1, 1]),

@@ -131,7 +131,7 @@ def finish(op: str, results: Sequence[np.ndarray], outs: Sequence[OutSpec]) -> l
     done: list[np.ndarray] = []
     for i, (y, spec) in enumerate(zip(results, outs)):
         y = np.asarray(y)
-        if y.shape != tuple(spec.shape):
+        if spec.shape is not None and y.shape != tuple(spec.shape):
             raise KernelError(f"{op}: result {i} has shape {list(y.shape)} but is declared {list(spec.shape)}")
         done.append(y.astype(result_dtype(spec)))
     return done

@@ -126,6 +126,8 @@ def resize_bilinear(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarr
     → HALF_PIXEL, neither → ASYMMETRIC; edges clamp."""
     x = need(inputs[0], "in[0]").astype(np.float64)
     align, half = _tf_flags(params, "ResizeBilinear")
+    if p_bool(params, "antialias", False):
+        raise KernelError("ResizeBilinear: antialias has no reference kernel")
     mode = ALIGN_CORNERS if align else HALF_PIXEL if half else ASYMMETRIC
     for axis, n_in, n_out in _spatial_axes(x, outs[0], "ResizeBilinear"):
         x = resample(x, axis, linear_taps(source_coords(mode, n_in, n_out), n_in))
