@@ -19,7 +19,7 @@ import re
 import secrets
 import struct
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -374,23 +374,32 @@ def _inline_array(d: Any, dtype: np.dtype) -> tuple[np.ndarray | None, str]:
         raw = np.array(d)
     except (ValueError, TypeError, OverflowError):
         return None, "data must be a rectangular nested list of numbers"
-    kind = raw.dtype.kind
-    if raw.size:
-        want = dtype.kind
-        ok = kind == "b" if want == "b" else (kind in "iu" if want in "iu" else kind in "iuf")
-        if not ok:
-            what = {"b": "true/false", "i": "integers", "u": "integers"}.get(want, "numbers")
-            return None, f"data for dtype {dtype} must hold {what}"
-        if want in "iu":
+    kind, want = raw.dtype.kind, dtype.kind
+    if raw.size and want in "iu":
+        # mixed huge and small ints infer float64, so fall back to the exact Python values
+        if kind in "iu" or (kind == "f" and all(type(x) is int for x in _leaves(d))):
             info = np.iinfo(dtype)
-            lo, hi = int(raw.min()), int(raw.max())
-            if lo < info.min or hi > info.max:
-                return None, f"data value {lo if lo < info.min else hi} is out of range for {dtype}"
+            try:
+                return np.array(d, dtype=dtype), ""
+            except OverflowError:
+                bad = next(x for x in _leaves(d) if not info.min <= x <= info.max)
+                return None, f"data value {bad} is out of range for {dtype}"
+        return None, f"data for dtype {dtype} must hold integers"
+    if raw.size and not (kind == "b" if want == "b" else kind in "iuf"):
+        return None, f"data for dtype {dtype} must hold {'true/false' if want == 'b' else 'numbers'}"
     with np.errstate(over="ignore"):
         arr = raw.astype(dtype)
-    if dtype.kind == "f" and raw.size and not np.array_equal(np.isfinite(arr), np.isfinite(raw)):
+    if want == "f" and raw.size and not np.array_equal(np.isfinite(arr), np.isfinite(raw)):
         return None, f"data holds a value out of range for {dtype}"
     return arr, ""
+
+
+def _leaves(d: Any) -> Iterator[Any]:
+    if type(d) is list:
+        for x in d:
+            yield from _leaves(x)
+    else:
+        yield d
 
 
 def _quant_json_problems(q: dict) -> list[tuple[str, str]]:
@@ -567,13 +576,12 @@ def _dump(graph: Graph, npz_ref: str | None, arrays: dict[str, np.ndarray]) -> s
                              "outputs": [r.name for r in op.results]}
         if op.attrs:
             n["attrs"] = op.attrs
-        try:
-            nodes.append(f"    {enc(n)}")
-        except (TypeError, ValueError):
-            bad = next(k for k, a in op.attrs.items() if not _dumpable(a, enc))
-            raise QlowerError(error(f"node `{op.name}`: attribute `{bad}` = {op.attrs[bad]!r} has no JSON form "
-                                    "(attributes are scalars, strings and lists)", subject=f"node {op.name}",
-                                    code="bad-attr")) from None
+            for k, a in op.attrs.items():
+                if type(k) is not str or (type(a) not in _PLAIN and not _plain_list(a) and not _dumpable(a, enc)):
+                    raise QlowerError(error(f"node `{op.name}`: attribute `{k}` = {a!r} has no JSON form "
+                                            "(attributes are scalars, strings and lists)",
+                                            subject=f"node {op.name}", code="bad-attr"))
+        nodes.append(f"    {enc(n)}")
     head = {"format": FORMAT, "name": graph.name, "inputs": [v.name for v in graph.inputs],
             "outputs": [v.name for v in graph.outputs]}
     lines = ["{"] + [f"  {enc(k)}: {enc(x)}," for k, x in head.items()]

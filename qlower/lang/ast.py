@@ -302,7 +302,16 @@ class EmitTensor:
     span: Span = _span()
 
 
-EmitItem = Union[EmitOp, EmitAlias, EmitTensor]
+@node
+class EmitLet:
+    """`let name = expr` inside an emit block: may use values emitted above it."""
+
+    name: str
+    expr: Expr
+    span: Span = _span()
+
+
+EmitItem = Union[EmitOp, EmitAlias, EmitTensor, EmitLet]
 
 
 @node

@@ -74,9 +74,16 @@ def binding_spans(rule: ast.Rule) -> dict[str, Span | None]:
             out.setdefault(s.name, s.span)
         elif isinstance(s, ast.Emit):
             for item in s.items:
+                if isinstance(item, ast.EmitLet):
+                    out.setdefault(item.name, item.span)
+                    continue
                 for n in item.binders.names:
                     out.setdefault(n, item.binders.span)
     return out
+
+
+# Value-type constraints may name a family instead of one dtype (see qlower/rewrite/match.py).
+DTYPE_FAMILIES = ("float", "int", "any")
 
 
 class RuleChecker:
@@ -148,7 +155,8 @@ class RuleChecker:
                     ctx.report(error(f"result `{name}` of the root is never emitted", span=self.scope[name].span,
                                      hint=f"add `{name} = ...` to the emit block, or `fail` for unsupported cases",
                                      code="missing-result"))
-        self._unused()
+        if r.matches:
+            self._unused()
         if len(self.emitted) == 2:
             ctx.note(f"rule `{r.name}` emits both QNN ops ({self.emitted[True]}) and source ops "
                      f"({self.emitted[False]})", self.name_span, "mixed-emit")
@@ -184,6 +192,7 @@ class RuleChecker:
             if self._log is None or name in self._alt_before:
                 b.used = True
         else:
+            b.used = True
             msg = (f"`{name}` names a result of the root; it cannot also be captured" if b.kind == "result"
                    else f"`{name}` is already bound as {_DESCRIBE[b.kind]}")
             self.ctx.report(error(msg, span=span, code="binding-conflict", notes=[Note("bound here", b.span)]))
@@ -228,6 +237,7 @@ class RuleChecker:
             b = self.scope.get(n)
             if b is None:
                 self._bind(n, "capture", "value", self._at(binders.span, n))
+                self.scope[n].used = not bound  # already reported
                 continue
             b.used = True
             if b.kind not in PATTERN_KINDS or b.type != "value":
@@ -327,7 +337,7 @@ class RuleChecker:
     def _value_type(self, vt: ast.ValueType | None) -> None:
         if vt is None:
             return
-        if vt.dtype is not None and canonical_dtype(vt.dtype) is None:
+        if vt.dtype is not None and canonical_dtype(vt.dtype) is None and vt.dtype not in DTYPE_FAMILIES:
             self.ctx.report(error(f"unknown dtype `{vt.dtype}`", span=self._at(vt.span, vt.dtype),
                                   hint=suggest(vt.dtype, DTYPE_CONSTANTS), code="unknown-dtype"))
         rests = [d for d in vt.shape or () if d.kind == "rest"]
@@ -341,6 +351,10 @@ class RuleChecker:
 
     def _emit(self, item: ast.EmitItem) -> None:
         ctx = self.ctx
+        if isinstance(item, ast.EmitLet):
+            t = self.typer.infer(item.expr)
+            self._define(item.name, "let", t, self._at(item.span, item.name, after="let"))
+            return
         if isinstance(item, ast.EmitOp):
             op_span = self._at(item.span, item.op)
             sig = ctx.resolve(item.op, op_span)
@@ -398,6 +412,7 @@ class RuleChecker:
                                           notes=[Note("first emitted here", self.produced[name])]))
                 self.produced.setdefault(name, span)
             elif b is not None and b.kind in PATTERN_KINDS:
+                b.used = True
                 self.ctx.report(error(f"cannot rebind captured `{name}`; only results of the root can be rebound",
                                       span=span, code="rebind-capture", notes=[Note("captured here", b.span)]))
             elif b is not None and b.kind == "emit":

@@ -234,7 +234,7 @@ class Context:
                 pass  # an enum name computed at lowering time
             elif not (a.type == "dtype" and dtype_literal_ok(p.expr)) and not assignable(t, a.type):
                 self.report(error(f"{sig.word} `{p.name}` of {sig.name} is {a.type}, not {t}", span=p.expr.span,
-                                  code="param-type"))
+                                  code="param-type" if sig.target else "attr-type"))
         for a in sig.attrs.values():
             if a.required and a.name not in seen:
                 self.report(error(f"missing {sig.word} `{a.name}` for {sig.name}", span=span,

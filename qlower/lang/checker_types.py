@@ -18,7 +18,8 @@ from qlower.rewrite.functions import FunctionTable
 
 ANY = "any"
 NUMERIC = frozenset({"int", "float", "number"})
-DTYPE_CONSTANTS = frozenset(n for n in (*DTYPE_ALIASES, *DTYPE_NAMES) if canonical_dtype(n))
+# Ordered (aliases first) so did-you-mean hints are the same in every run.
+DTYPE_CONSTANTS = tuple(dict.fromkeys(n for n in (*DTYPE_ALIASES, *sorted(DTYPE_NAMES)) if canonical_dtype(n)))
 ATTR_TYPES = ("int", "float", "bool", "str", "dtype", "list[int]", "list[float]", "list[str]", "list[bool]")
 
 
@@ -147,7 +148,7 @@ class ExprTyper:
             return "dtype"
         where = self.later(e.id)
         notes = [Note(f"`{e.id}` is bound here, after its use", where)] if where else []
-        hint = None if where else suggest(e.id, [*self.candidates(), *sorted(DTYPE_CONSTANTS)])
+        hint = None if where else suggest(e.id, [*self.candidates(), *DTYPE_CONSTANTS])
         self.report(error(f"undefined name `{e.id}`", span=e.span, hint=hint, notes=notes, code="undefined-name"))
         return ANY
 
@@ -241,6 +242,8 @@ class ExprTyper:
                     self._err(f"`{op}` needs bool operands, not {t}", side)
             return "bool"
         if op == "++":
+            if a in ("str", "dtype", ANY) and b in ("str", "dtype", ANY) and "str" in (a, b):
+                return "str"
             for side, t in ((e.left, a), (e.right, b)):
                 if t != ANY and elem(t) is None:
                     return self._err(f"`++` joins lists; this side is {t}", side, f"wrap it in a list: [{_text(side)}]")

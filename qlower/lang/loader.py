@@ -122,8 +122,9 @@ class _Load:
         if imp.is_path:
             target = importer.parent / imp.target
             if not target.exists():
-                self.diagnostics.append(error(f"cannot find `{imp.target}` (looked in {importer.parent})",
-                                              span=self._at(imp), code="unknown-import"))
+                self.diagnostics.append(error(f"cannot find `{imp.target}`", span=self._at(imp),
+                                              hint=f"imports are relative to the importing file; no {target}",
+                                              code="unknown-import"))
                 return
             self.path(target, imp.span)
             return

@@ -477,6 +477,9 @@ class _Builder(Transformer):
         expr, props = payload
         return ast.EmitTensor(binders, expr, props, span=s)
 
+    def emit_let(self, meta, ch):
+        return ast.EmitLet(str(ch[0]), ch[1], span=self._s(meta))
+
     def emit_op(self, meta, ch):
         op, *rest = ch
         args, params, props = [], (), ()

@@ -27,7 +27,9 @@ import numpy as np
 
 from qlower.diagnostics import QlowerError, did_you_mean, error
 from qlower.qnn.datatypes import DataType, to_numpy
-from qlower.qnn.model import PACKAGE, EncodingKind, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorType
+from qlower.qnn.model import (
+    PACKAGE, EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorType,
+)
 from qlower.reference.qnn import QNN_KERNELS, RAW_IO_OPS
 from qlower.reference.quant import (
     bfloat16_bits_to_float, bit_range, dequantize, float_to_bfloat16_bits, quantize,
@@ -49,7 +51,7 @@ _OUTPUT_TYPES = (TensorType.APP_READ, TensorType.APP_READWRITE)
 
 # --- stored <-> real values of one tensor ------------------------------------------------
 
-def encoding_of(tensor: QnnTensor) -> Any:
+def effective_encoding(tensor: QnnTensor) -> QuantEncoding | None:
     """The tensor's effective encoding, or None when it is not fixed point.
 
     A 4-bit datatype (e.g. SFIXED_POINT_4 stored in int8) with an encoding that
@@ -73,7 +75,7 @@ def _kernel_dtype(tensor: QnnTensor) -> np.dtype:
 
 def decode_value(tensor: QnnTensor, stored: np.ndarray) -> np.ndarray:
     """Stored form to real values: dequantized, bfloat16 decoded, or unchanged."""
-    enc = encoding_of(tensor)
+    enc = effective_encoding(tensor)
     if enc is not None:
         return dequantize(stored, enc, tensor.datatype)
     if tensor.datatype == DataType.BFLOAT_16:
@@ -86,7 +88,7 @@ def encode_value(tensor: QnnTensor, value: np.ndarray) -> np.ndarray:
     value = np.asarray(value)
     storage = to_numpy(tensor.datatype)
     floating = np.issubdtype(value.dtype, np.floating)
-    enc = encoding_of(tensor)
+    enc = effective_encoding(tensor)
     if enc is not None and floating:
         return quantize(value, enc, tensor.datatype)
     if tensor.datatype == DataType.BFLOAT_16 and floating:
@@ -159,7 +161,7 @@ def _to_real_param(value: Any, p: Any, tensor: QnnTensor | None) -> Any:
     """An integer scalar in a quantized tensor's domain, as a real value."""
     if tensor is None or not isinstance(p, ScalarParam) or p.datatype.is_float:
         return value
-    enc = encoding_of(tensor)
+    enc = effective_encoding(tensor)
     if enc is None or enc.per_axis:
         return value
     return float(enc.scales[0] * (int(value) + enc.offsets[0]))
@@ -254,12 +256,12 @@ def _run_op(graph: QnnGraph, op: OpConfig, env: dict[str, np.ndarray]) -> None:
         raise _fail(f"no reference kernel for {op.package}.{op.type}", subject, "no-kernel")
     raw = op.type in RAW_IO_OPS
     in_tensors, out_tensors = _inputs_of(op, graph, env), _outputs_of(op, graph)
-    outs = [OutSpec(t.dims, _kernel_dtype(t), encoding_of(t)) for t in out_tensors]
+    outs = [OutSpec(t.dims, _kernel_dtype(t), effective_encoding(t)) for t in out_tensors]
     params = {p.name: _param_value(op, p) for p in op.params}
     args = _kernel_args(op, in_tensors, env, raw)
     try:
         if raw:
-            in_specs = [None if t is None else OutSpec(t.dims, _kernel_dtype(t), encoding_of(t)) for t in in_tensors]
+            in_specs = [None if t is None else OutSpec(t.dims, _kernel_dtype(t), effective_encoding(t)) for t in in_tensors]
             results = kernel(args, params, outs, in_specs=in_specs)  # type: ignore[call-arg]
         else:
             _real_params(op, params, in_tensors, out_tensors)

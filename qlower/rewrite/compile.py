@@ -85,7 +85,10 @@ def _bound_names(rule: ast.Rule) -> set[str]:
             names.add(s.name)
         elif isinstance(s, ast.Emit):
             for item in s.items:
-                names.update(item.binders.names)
+                if isinstance(item, ast.EmitLet):
+                    names.add(item.name)
+                else:
+                    names.update(item.binders.names)
     return names
 
 

@@ -91,6 +91,19 @@ def _as_tensor(data: Any, dtype: str | None) -> np.ndarray:
     return arr
 
 
+def quantize_real(real: np.ndarray, q: Quant, dtype: np.dtype) -> np.ndarray:
+    """Real values → integers of `dtype` under a per-tensor or per-axis encoding."""
+    scale = np.asarray(q.scale, np.float64)
+    zp = np.asarray(q.zero_point, np.float64)
+    real = np.asarray(real, np.float64)
+    if q.axis is not None and scale.size > 1:
+        shape = [1] * real.ndim
+        shape[q.axis] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    info = np.iinfo(dtype)
+    return np.clip(np.rint(real / scale + zp), info.min, info.max).astype(dtype)
+
+
 def resolve_encoding(enc: Any, dtype: np.dtype) -> Quant | None:
     if enc is None or isinstance(enc, Quant):
         return enc
@@ -128,6 +141,8 @@ class EmitProgram:
                 self.items.append(("op", item, args, params, props))
             elif isinstance(item, ast.EmitAlias):
                 self.items.append(("alias", item, None, None, props))
+            elif isinstance(item, ast.EmitLet):
+                self.items.append(("let", item, compile_expr(item.expr, bound, functions), None, props))
             else:
                 self.items.append(("tensor", item, compile_expr(item.expr, bound, functions), None, props))
 
@@ -144,6 +159,8 @@ class EmitProgram:
                     self._plan_op(plan, env, item, a, b, props, backend, rebound, produced)
                 elif kind == "alias":
                     self._plan_alias(plan, env, item, rebound, produced)
+                elif kind == "let":
+                    env[item.name] = a(env)
                 else:
                     self._plan_tensor(plan, env, item, a, props)
             except EvalError as exc:
@@ -206,6 +223,11 @@ class EmitProgram:
                 sigs = infer(op_type[4:], [_sig_of(o) for o in operands], attrs)
             except ShapeError as exc:
                 raise EmitFailure(f"{op_type}: {exc}", item.span) from None
+        if item.binders.rest and self.root_rest and names[0] == self.root_results[0]:
+            results = list(env[names[0]])
+            produced.update(id(v) for v in results)
+            plan.ops.append(NewOp(op_type, operands, results, attrs, names[0]))
+            return
         if item.binders.rest:
             if sigs is None:
                 raise EmitFailure(f"cannot tell how many results {op_type} has here", item.span)
@@ -266,10 +288,16 @@ class EmitProgram:
         dtype = None
         if "dtype" in props:
             dtype = canonical_dtype(str(props["dtype"][0](env)))
-        data = _as_tensor(fn(env), dtype)
+        raw = np.asarray(fn(env))
+        quant = None
+        if "encoding" in props and dtype is not None and np.dtype(dtype).kind in "iu":
+            quant = resolve_encoding(props["encoding"][0](env), np.dtype(dtype))
+        if quant is not None:
+            data = quantize_real(raw, quant, np.dtype(dtype))
+        else:
+            data = _as_tensor(raw, dtype)
         if "shape" in props:
             data = data.reshape(tuple(props["shape"][0](env)))
-        quant = resolve_encoding(props["encoding"][0](env), data.dtype) if "encoding" in props else None
         nv = NewValue(name, data.dtype, data.shape, quant, data)
         plan.values.append(nv)
         env[name] = nv

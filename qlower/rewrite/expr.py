@@ -21,7 +21,7 @@ Compiled = Callable[[Env], Any]
 
 
 def _num(x: Any, op: str) -> Any:
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating, np.ndarray)):
         raise EvalError(f"`{op}` needs numbers, got {_describe(x)}")
     return x
 
@@ -69,6 +69,10 @@ def _mod(a, b):
 
 
 def _concat(a, b):
+    if isinstance(a, str) or isinstance(b, str):
+        if isinstance(a, list) or isinstance(b, list):
+            raise EvalError(f"cannot join {_describe(a)} and {_describe(b)}")
+        return str(a) + str(b)
     if not isinstance(a, list) or not isinstance(b, list):
         raise EvalError(f"`++` joins lists, got {_describe(a)} and {_describe(b)}")
     return a + b

@@ -198,3 +198,59 @@ class FunctionTable:
 
 def builtin_functions() -> FunctionTable:
     return FunctionTable({f.name: f for f in _BUILTINS})
+
+
+def _normperm(perm: list[int], rank: int) -> list[int]:
+    p = [_normdim(int(d), rank) for d in perm]
+    if sorted(p) != list(range(rank)):
+        raise EvalError(f"{perm} is not a permutation of {rank} dims")
+    return p
+
+
+def _slice_ranges(starts: list[int], ends: list[int], shape: list[int]) -> list[list[int]]:
+    """Python-style step-1 slices (negative indices, clamping) → StridedSlice ranges [[b, e, 1], ...]."""
+    if len(starts) != len(shape) or len(ends) != len(shape):
+        raise EvalError(f"slice needs one start and end per dim ({len(shape)}), got {len(starts)} and {len(ends)}")
+    out = []
+    for b, e, n in zip(starts, ends, shape):
+        b2, e2, _ = slice(int(b), int(e)).indices(int(n))
+        out.append([b2, max(e2, b2), 1])
+    return out
+
+
+def _split_index(sizes: list[int]) -> list[int]:
+    """Split sizes → the start index of every part after the first."""
+    out, acc = [], 0
+    for s in sizes[:-1]:
+        acc += int(s)
+        out.append(acc)
+    return out
+
+
+def _scale_encoding(q: Any, factor: float) -> Any:
+    """An encoding whose range is `factor` times wider (same zero point)."""
+    if q is None:
+        return None
+    if isinstance(q, RangeEncoding):
+        return RangeEncoding(q.lo * factor, q.hi * factor)
+    return attrs.evolve(q, scale=tuple(s * abs(float(factor)) for s in q.scale))
+
+
+def _with_axis(q: Any, axis: int) -> Any:
+    if q is None or getattr(q, "axis", None) is None:
+        return q
+    return attrs.evolve(q, axis=int(axis))
+
+
+_MORE: tuple[Function, ...] = (
+    Function("normperm", ("list[int]", "int"), "list[int]", _normperm, doc="negative dims → positive, checked"),
+    Function("slice_ranges", ("list[int]", "list[int]", "list[int]"), "list[list[int]]", _slice_ranges,
+             doc="Python slices → StridedSlice ranges"),
+    Function("split_index", ("list[int]",), "list[int]", _split_index, doc="part sizes → split points"),
+    Function("transpose_tensor", ("tensor", "list[int]"), "tensor", lambda t, p: np.ascontiguousarray(
+        np.transpose(t, p))),
+    Function("scale_encoding", ("encoding", "number"), "encoding", _scale_encoding),
+    Function("with_axis", ("encoding", "int"), "encoding", _with_axis, doc="move a per-axis encoding's axis"),
+    Function("quantized_like", ("value",), "bool", lambda v: v.quant is not None),
+)
+_BUILTINS = _BUILTINS + _MORE

@@ -215,3 +215,44 @@ def test_use_before_definition_and_unknown_tensor():
     g.ops[0] = OpConfig("bad", "Relu", ["nope"], ["y"])
     with pytest.raises(QlowerError, match="`nope` .* is not a tensor of the graph"):
         run(g, {"x": np.zeros((2, 2), np.float32)})
+
+
+def test_convert_requantizes_inside_a_graph():
+    g = QnnGraph("conv")
+    tensor(g, "x", TensorType.APP_WRITE, U8, (3,), QuantEncoding.from_zero_point(0.5, 128))
+    tensor(g, "y", TensorType.APP_READ, DataType.UFIXED_POINT_16, (3,), QuantEncoding.from_zero_point(0.25, 32768))
+    g.ops.append(OpConfig("cvt", "Convert", ["x"], ["y"]))
+    out = run(g, {"x": np.array([0, 128, 255], np.uint8)})["y"]
+    assert out.dtype == np.uint16 and out.tolist() == [32512, 32768, 33022]  # real -64, 0, 63.5
+
+
+def test_one_hot_values_in_output_domain():
+    g = QnnGraph("oh")
+    tensor(g, "i", TensorType.APP_WRITE, DataType.INT_32, (2,))
+    tensor(g, "y", TensorType.APP_READ, U8, (2, 3), QuantEncoding.from_zero_point(0.5, 4))
+    g.ops.append(OpConfig("oh", "OneHot", ["i"], ["y"], [
+        ScalarParam("depth", DataType.UINT_32, 3), ScalarParam("on_value", DataType.INT_32, 6),
+        ScalarParam("off_value", DataType.INT_32, 4)]))
+    assert run(g, {"i": np.array([2, 0], np.int32)})["y"].tolist() == [[4, 4, 6], [6, 4, 4]]
+
+
+def test_stored_values_outside_a_narrow_bitwidth_are_rejected():
+    g = QnnGraph("w4in")
+    tensor(g, "x", TensorType.APP_WRITE, DataType.UFIXED_POINT_4, (2,), QuantEncoding.from_zero_point(1.0, 0))
+    tensor(g, "y", TensorType.APP_READ, F32, (2,))
+    g.ops.append(OpConfig("dq", "Dequantize", ["x"], ["y"]))
+    assert run(g, {"x": np.array([3, 15], np.uint8)})["y"].tolist() == [3.0, 15.0]
+    with pytest.raises(QlowerError, match=r"do not fit \[0, 15\]"):
+        run(g, {"x": np.array([3, 16], np.uint8)})
+
+
+def test_per_axis_encoding_of_the_wrong_length_is_reported():
+    g = QnnGraph("badenc")
+    tensor(g, "x", TensorType.APP_WRITE, F32, (2, 3))
+    tensor(g, "w", TensorType.STATIC, I8, (2, 3), QuantEncoding.from_zero_point([0.1, 0.2], [0, 0], axis=1),
+           np.ones((2, 3), np.int8))
+    tensor(g, "y", TensorType.APP_READ, F32, (2, 3))
+    g.ops.append(OpConfig("mul", "ElementWiseMultiply", ["x", "w"], ["y"]))
+    with pytest.raises(QlowerError, match="cannot read input `w`.*needs 3 scales") as exc:
+        run(g, {"x": np.ones((2, 3), np.float32)})
+    assert exc.value.diagnostics[0].subject == "node mul"

@@ -189,3 +189,14 @@ def test_shape_and_constant_of_shape():
     assert qnn("Shape", [X], {"start": 1, "end": 2}, (1,), np.int32)[0].tolist() == [3]
     y = qnn("ConstantOfShape", [np.array([2, 3], np.uint32)], {"value": 7.0}, (2, 3))[0]
     np.testing.assert_array_equal(y, np.full((2, 3), 7.0, np.float32))
+
+
+def test_kernels_infer_shapes_when_none_is_declared():
+    none = [OutSpec(None, np.float32)]
+    assert QNN_KERNELS["ElementWiseAdd"]([X, X[0]], {}, none)[0].shape == (2, 3, 4)
+    assert QNN_KERNELS["ReduceMax"]([X], {"axes": np.array([0, 1, 2])}, none)[0].shape == (1,)
+    assert QNN_KERNELS["Squeeze"]([X.reshape(1, 2, 1, 12)], {}, none)[0].shape == (2, 12)
+    with pytest.raises(KernelError, match="needs its output shape declared"):
+        QNN_KERNELS["Reshape"]([X], {}, none)
+    with pytest.raises(KernelError, match="needs its output shape declared"):
+        QNN_KERNELS["ResizeBilinear"]([X.reshape(1, 2, 3, 4)], {}, none)

@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from qlower.reference.qnn import (
-    activation, conv, convert, elementwise, index, linalg, norm, pool, reduce, resize, shape, space,
+    activation, conv, convert, elementwise, index, linalg, norm, pool, reduce, resize, sample, shape, space,
 )
 from qlower.reference.spec import Kernel
 
 _FAMILIES: tuple[Mapping[str, Kernel], ...] = (
     elementwise.KERNELS, activation.KERNELS, linalg.KERNELS, shape.KERNELS, space.KERNELS,
-    index.KERNELS, reduce.KERNELS, norm.KERNELS, conv.KERNELS, pool.KERNELS, resize.KERNELS,
+    index.KERNELS, reduce.KERNELS, norm.KERNELS, conv.KERNELS, pool.KERNELS, resize.KERNELS, sample.KERNELS,
     convert.RAW_KERNELS,  # type: ignore[arg-type]  # called with in_specs, see RAW_IO_OPS
 )
 

@@ -100,10 +100,11 @@ def finish(x: Any, out: OutSpec) -> np.ndarray:
 
     Quantized results stay real (float) so the interpreter can requantize
     them; others are cast to the declared dtype. A rank-0 result becomes [1]
-    because QNN has no rank-0 tensors.
+    because QNN has no rank-0 tensors. The shape is not checked here: callers
+    (the interpreter) compare it with the declared one, which may be None.
     """
     arr = np.asarray(x)
-    if arr.ndim == 0 and tuple(out.shape) == (1,):
+    if arr.ndim == 0 and (out.shape is None or tuple(out.shape) == (1,)):
         arr = arr.reshape(1)
     if out.encoding is not None:
         return arr if is_float(arr) else arr.astype(np.float64)
@@ -115,6 +116,13 @@ def finish(x: Any, out: OutSpec) -> np.ndarray:
         # with clamping; it avoids numpy's platform-dependent wraparound.
         return np.clip(np.trunc(np.nan_to_num(arr)), info.min, info.max).astype(out.dtype)
     return arr.astype(out.dtype, copy=False)
+
+
+def declared_shape(out: OutSpec, op: str) -> tuple[int, ...]:
+    """out's declared shape, for ops whose result size is stated only there (Reshape, Resize)."""
+    if out.shape is None:
+        raise KernelError(f"{op} needs its output shape declared: QNN takes it from the output tensor")
+    return tuple(out.shape)
 
 
 def finish_all(xs: Sequence[Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:

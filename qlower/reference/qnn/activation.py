@@ -13,6 +13,10 @@ import numpy as np
 from qlower.reference.qnn._common import axis_in, finish, need, p_float, p_int
 from qlower.reference.spec import Kernel, KernelError, OutSpec
 
+Inputs = Sequence["np.ndarray | None"]
+Params = Mapping[str, Any]
+Outs = Sequence[OutSpec]
+
 _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
@@ -57,12 +61,12 @@ def softplus(x: np.ndarray, beta: float, threshold: float) -> np.ndarray:
     return y
 
 
-def _x(inputs: Sequence[np.ndarray | None]) -> np.ndarray:
+def _x(inputs: Inputs) -> np.ndarray:
     return need(inputs[0], "in[0]").astype(np.float64)
 
 
 def _simple(fn: Callable[[np.ndarray], np.ndarray], name: str) -> Kernel:
-    def kernel(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+    def kernel(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
         return [finish(fn(_x(inputs)), outs[0])]
     kernel.__name__ = name
     return kernel
@@ -74,7 +78,7 @@ NEURON_ENUM: tuple[str, ...] = (
 )
 
 
-def neuron(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def neuron(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     """ElementWiseNeuron. Defaults the op definition leaves blank follow ONNX:
     ELU alpha 1.0, HARD_SIGMOID alpha 0.2 / beta 0.5, SOFTPLUS beta 1.0."""
     op = p_int(params, "operation")
@@ -102,21 +106,21 @@ def neuron(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs:
     return [finish(y, outs[0])]
 
 
-def relu_min_max(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def relu_min_max(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     lo, hi = p_float(params, "min_value"), p_float(params, "max_value")
     return [finish(np.minimum(hi, np.maximum(lo, _x(inputs))), outs[0])]
 
 
-def elu_op(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def elu_op(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     return [finish(elu(_x(inputs), p_float(params, "alpha", 1.0)), outs[0])]
 
 
-def softplus_op(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def softplus_op(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     y = softplus(_x(inputs), p_float(params, "beta", 1.0), p_float(params, "threshold", -1.0))
     return [finish(y, outs[0])]
 
 
-def prelu(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def prelu(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     """out = x for x >= 0, slope·x otherwise; the slope broadcasts one way, into in[0]."""
     x, slope = _x(inputs), need(inputs[1], "in[1]").astype(np.float64)
     if np.broadcast_shapes(x.shape, slope.shape) != x.shape:
@@ -130,7 +134,7 @@ def _softmax_parts(x: np.ndarray, axis: int, beta: float) -> tuple[np.ndarray, n
     return z, np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
-def softmax(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def softmax(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     """softmax(beta·x) along `axis` (default: last)."""
     x = _x(inputs)
     axis = axis_in(p_int(params, "axis", x.ndim - 1), x.ndim)
@@ -138,7 +142,7 @@ def softmax(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs
     return [finish(np.exp(z - lse), outs[0])]
 
 
-def log_softmax(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def log_softmax(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     """beta·x − log Σ exp(beta·x) along `axis`."""
     x = _x(inputs)
     axis = axis_in(p_int(params, "axis", x.ndim - 1), x.ndim)
@@ -146,7 +150,7 @@ def log_softmax(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], 
     return [finish(z - lse, outs[0])]
 
 
-def masked_softmax(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def masked_softmax(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     """UNCOMPRESSED mode: the additive mask [batch, channel] is broadcast over
     height and width, then softmax runs along channel. COMPRESSED (sequence
     lengths) is not modelled."""

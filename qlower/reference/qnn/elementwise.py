@@ -16,6 +16,10 @@ import numpy as np
 from qlower.reference.qnn._common import compute_dtype, finish, is_float, need, p_bool, p_int
 from qlower.reference.spec import Kernel, KernelError, OutSpec
 
+Inputs = Sequence["np.ndarray | None"]
+Params = Mapping[str, Any]
+Outs = Sequence[OutSpec]
+
 Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Unary = Callable[[np.ndarray], np.ndarray]
 
@@ -102,14 +106,14 @@ UNARY_ENUM: tuple[str, ...] = (
 _FLOAT_ONLY_UNARY = frozenset({"ASIN", "ATAN", "COS", "EXP", "LOG", "RECIPROCAL", "RSQRT", "SIN", "SQRT"})
 
 
-def apply_binary(name: str, inputs: Sequence[np.ndarray | None], out: OutSpec) -> np.ndarray:
+def apply_binary(name: str, inputs: Inputs, out: OutSpec) -> np.ndarray:
     a, b = need(inputs[0], "in[0]"), need(inputs[1], "in[1]")
     dt = compute_dtype(a, b)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return finish(BINARY[name](a.astype(dt, copy=False), b.astype(dt, copy=False)), out)
 
 
-def apply_unary(name: str, inputs: Sequence[np.ndarray | None], out: OutSpec) -> np.ndarray:
+def apply_unary(name: str, inputs: Inputs, out: OutSpec) -> np.ndarray:
     x = need(inputs[0], "in[0]")
     if name in _FLOAT_ONLY_UNARY or is_float(x):
         x = x.astype(np.float64)
@@ -118,14 +122,14 @@ def apply_unary(name: str, inputs: Sequence[np.ndarray | None], out: OutSpec) ->
 
 
 def _binary_kernel(name: str) -> Kernel:
-    def kernel(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+    def kernel(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
         return [apply_binary(name, inputs, outs[0])]
     kernel.__name__ = f"elementwise_{name.lower()}"
     return kernel
 
 
 def _unary_kernel(name: str) -> Kernel:
-    def kernel(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+    def kernel(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
         return [apply_unary(name, inputs, outs[0])]
     kernel.__name__ = f"elementwise_{name.lower()}"
     return kernel
@@ -137,36 +141,34 @@ def _enum_name(table: tuple[str, ...], value: int, op: str) -> str:
     return table[value]
 
 
-def elementwise_binary(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any],
-                       outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def elementwise_binary(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     name = _enum_name(BINARY_ENUM, p_int(params, "operation"), "ElementWiseBinary")
     return [apply_binary(name, inputs, outs[0])]
 
 
-def elementwise_unary(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any],
-                      outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def elementwise_unary(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     name = _enum_name(UNARY_ENUM, p_int(params, "operation"), "ElementWiseUnary")
     return [apply_unary(name, inputs, outs[0])]
 
 
-def select(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def select(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     cond = need(inputs[0], "in[0]") != 0
     a, b = need(inputs[1], "in[1]"), need(inputs[2], "in[2]")
     dt = compute_dtype(a, b)
     return [finish(np.where(cond, a.astype(dt), b.astype(dt)), outs[0])]
 
 
-def is_inf(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def is_inf(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     x = need(inputs[0], "in[0]").astype(np.float64)
     pos, neg = p_bool(params, "detect_positive", True), p_bool(params, "detect_negative", True)
     return [finish((np.isposinf(x) & pos) | (np.isneginf(x) & neg), outs[0])]
 
 
-def is_nan(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def is_nan(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     return [finish(np.isnan(need(inputs[0], "in[0]").astype(np.float64)), outs[0])]
 
 
-def logit(inputs: Sequence[np.ndarray | None], params: Mapping[str, Any], outs: Sequence[OutSpec]) -> list[np.ndarray]:
+def logit(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     x = need(inputs[0], "in[0]").astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return [finish(np.log(x / (1.0 - x)), outs[0])]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from qlower.reference.qnn._common import finish, need, p_bool, p_float, p_int
+from qlower.reference.qnn._common import declared_shape, finish, need, p_bool, p_float, p_int
 from qlower.reference.spec import Kernel, KernelError, OutSpec
 
 Inputs = Sequence["np.ndarray | None"]
@@ -91,9 +91,10 @@ def resample(x: np.ndarray, axis: int, taps: Taps) -> np.ndarray:
 
 
 def _spatial_axes(x: np.ndarray, out: OutSpec, op: str) -> list[tuple[int, int, int]]:
-    if len(out.shape) != x.ndim or out.shape[0] != x.shape[0] or out.shape[-1] != x.shape[-1]:
-        raise KernelError(f"{op} keeps batch and channel: input {list(x.shape)}, output {list(out.shape)}")
-    return [(a, x.shape[a], out.shape[a]) for a in range(1, x.ndim - 1)]
+    shape = declared_shape(out, op)
+    if len(shape) != x.ndim or shape[0] != x.shape[0] or shape[-1] != x.shape[-1]:
+        raise KernelError(f"{op} keeps batch and channel: input {list(x.shape)}, output {list(shape)}")
+    return [(a, x.shape[a], shape[a]) for a in range(1, x.ndim - 1)]
 
 
 def resize(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from qlower.reference.qnn._common import (
-    axis_in, finish, finish_all, need, p_array, p_float, p_int, p_ints, p_pairs,
+    axis_in, declared_shape, finish, finish_all, need, p_array, p_float, p_int, p_ints, p_pairs,
 )
 from qlower.reference.spec import Kernel, KernelError, OutSpec
 
@@ -22,7 +22,7 @@ Outs = Sequence[OutSpec]
 
 def reshape(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     """Static shapes only: the target is out[0]'s declared shape (in[1] is ignored, as in QNN)."""
-    x, shape = need(inputs[0], "in[0]"), tuple(outs[0].shape)
+    x, shape = need(inputs[0], "in[0]"), declared_shape(outs[0], "Reshape")
     if x.size != int(np.prod(shape, dtype=np.int64)):
         raise KernelError(f"cannot reshape {list(x.shape)} ({x.size} elements) to {list(shape)}")
     return [finish(x.reshape(shape), outs[0])]
@@ -97,7 +97,8 @@ def _drops_only_ones(src: Sequence[int], dst: Sequence[int]) -> bool:
 
 
 def squeeze(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
-    """Removes size-1 axes: those in `axes` if given, else those out[0]'s shape omits."""
+    """Removes size-1 axes: those in `axes` if given, else those out[0]'s shape
+    omits (all of them when no shape is declared)."""
     x = need(inputs[0], "in[0]")
     axes = p_ints(params, "axes", ())
     if axes:
@@ -105,6 +106,8 @@ def squeeze(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
         if any(x.shape[a] != 1 for a in axes):
             raise KernelError(f"Squeeze axes {list(axes)} include a dimension that is not 1 in {list(x.shape)}")
         return [finish(np.squeeze(x, axis=axes), outs[0])]
+    if outs[0].shape is None:
+        return [finish(np.squeeze(x), outs[0])]
     target = tuple(outs[0].shape)
     if not _drops_only_ones(x.shape, target):
         raise KernelError(f"Squeeze output {list(target)} is not {list(x.shape)} with size-1 axes removed")

@@ -1,6 +1,6 @@
 """Layout kernels that move data between space, depth and batch (NHWC):
 DepthToSpace, SpaceToDepth, BatchToSpace, SpaceToBatch, ChannelShuffle,
-BatchPermutation."""
+BatchPermutation, ArgbToRgb."""
 
 from __future__ import annotations
 
@@ -110,7 +110,19 @@ def batch_permutation(inputs: Inputs, params: Params, outs: Outs) -> list[np.nda
     return [finish(x[idx], outs[0])]
 
 
+def argb_to_rgb(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
+    """Drop alpha (channel 0 for ARGB, 3 for RGBA); reverse_output reverses the three colours."""
+    x = need(inputs[0], "in[0]")
+    if x.ndim != 4 or x.shape[-1] != 4:
+        raise KernelError(f"ArgbToRgb expects [b, h, w, 4], got {list(x.shape)}")
+    rgb = x[..., 1:] if p_int(params, "input_order", 0) == 0 else x[..., :3]
+    if p_int(params, "reverse_output") != 0:
+        rgb = rgb[..., ::-1]
+    return [finish(rgb, outs[0])]
+
+
 KERNELS: Mapping[str, Kernel] = MappingProxyType({
+    "ArgbToRgb": argb_to_rgb,
     "DepthToSpace": depth_to_space,
     "SpaceToDepth": space_to_depth,
     "BatchToSpace": batch_to_space,

@@ -1,0 +1,172 @@
+"""Well-formedness checks of an in-memory graph, reported as diagnostics.
+
+`check_graph` looks for what would make later stages fail confusingly: values
+nobody produces, cycles, ops whose operand/result counts disagree with their
+declaration, unknown op types, missing shapes. It walks each op and value a
+fixed number of times (linear in the graph) and never raises for a bad graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
+
+from qlower.diagnostics import Diagnostic, Note, did_you_mean, error, warning
+from qlower.graph.core import Graph, Op, Value
+
+
+class OperandDeclLike(Protocol):
+    name: str
+    kind: str  # "one" | "optional" | "variadic"
+
+
+class ResultDeclLike(Protocol):
+    name: str
+    variadic: bool
+
+
+class OpDeclLike(Protocol):
+    """What arity checks need of a declaration; `qlower.lang.ast.OpDecl` fits."""
+
+    operands: Sequence[OperandDeclLike]
+    results: Sequence[ResultDeclLike]
+
+
+def check_graph(graph: Graph, *, decls: Mapping[str, OpDeclLike] | None = None,
+                need_shapes: bool = False) -> list[Diagnostic]:
+    """Diagnostics for `graph`, errors and warnings in a deterministic order (empty when all is well)."""
+    out: list[Diagnostic] = []
+    live = {id(op) for op in graph.ops}
+    out += _check_values(graph, live, need_shapes)
+    out += _check_ops(graph, live, decls)
+    out += _check_cycles(graph, live)
+    return out
+
+
+def _where(op: Op) -> str:
+    return f"node `{op.name}` ({op.type})"
+
+
+def _check_values(graph: Graph, live: set[int], need_shapes: bool) -> Iterable[Diagnostic]:
+    """Dangling operands, unproduced outputs, produced inputs, missing shapes."""
+    for op in graph.ops:
+        for i, v in enumerate(op.operands):
+            if v is None:
+                continue
+            if not graph.has_value(v.name) or graph.value(v.name) is not v:
+                yield error(f"{_where(op)} operand {i} is tensor `{v.name}`, which is not in the graph",
+                            subject=f"node {op.name}", code="foreign-value")
+            elif v.producer is not None and id(v.producer) not in live:
+                yield error(f"tensor `{v.name}` (operand {i} of {_where(op)}) is produced by node "
+                            f"`{v.producer.name}`, which was removed from the graph",
+                            subject=f"tensor {v.name}", code="dangling-value")
+    seen: set[int] = set()
+    for op in graph.ops:
+        for i, v in enumerate(op.operands):
+            if v is None or v.producer is not None or v.is_input or v.data is not None or id(v) in seen:
+                continue
+            seen.add(id(v))
+            yield error(f"tensor `{v.name}` is used by {_where(op)} (operand {i}) but has no producer and is "
+                        "neither a graph input nor a constant", subject=f"tensor {v.name}", code="dangling-value")
+    for v in graph.outputs:
+        if v.producer is None and not v.is_input and v.data is None:
+            yield error(f"graph output `{v.name}` has no producer and is neither a graph input nor a constant",
+                        subject=f"tensor {v.name}", code="output-not-produced")
+    for v in graph.inputs:
+        if v.producer is not None:
+            yield error(f"graph input `{v.name}` is produced by {_where(v.producer)}",
+                        subject=f"tensor {v.name}", code="input-produced")
+    if need_shapes:
+        for v in graph.values:
+            if v.shape is None and (v.users or v.producer is not None or v.is_input or v.is_output):
+                yield error(f"tensor `{v.name}` has no shape", subject=f"tensor {v.name}", code="missing-shape",
+                            hint="run shape inference or declare the shape in the graph file")
+
+
+def _check_ops(graph: Graph, live: set[int], decls: Mapping[str, OpDeclLike] | None) -> Iterable[Diagnostic]:
+    """Unused results, unknown op types and arity against declarations."""
+    for op in graph.ops:
+        if op.results and not any(r.users or r.is_output for r in op.results):
+            yield warning(f"the results of {_where(op)} are never used and are not graph outputs",
+                          subject=f"node {op.name}", code="unused-result")
+        if decls is None:
+            continue
+        decl = decls.get(op.type)
+        if decl is None:
+            yield error(f"{_where(op)} has an undeclared op type `{op.type}`", subject=f"node {op.name}",
+                        code="unknown-op", hint=did_you_mean(op.type, decls))
+            continue
+        yield from _check_arity(op, decl)
+
+
+def _check_arity(op: Op, decl: OpDeclLike) -> Iterable[Diagnostic]:
+    kinds = [d.kind for d in decl.operands]
+    lo = kinds.count("one")
+    hi = None if "variadic" in kinds else len(kinds)
+    n = len(op.operands)
+    subject = f"node {op.name}"
+    if n < lo or (hi is not None and n > hi):
+        want = f"{lo}" if hi == lo else (f"at least {lo}" if hi is None else f"{lo} to {hi}")
+        yield error(f"{_where(op)} has {n} operand{'s' * (n != 1)}; its declaration takes {want} "
+                    f"({_sig(decl)})", subject=subject, code="arity")
+    else:
+        fixed = kinds.index("variadic") if hi is None else len(kinds)
+        for i, v in enumerate(op.operands[:fixed]):
+            if v is None and kinds[i] == "one":
+                yield error(f"{_where(op)} is missing its required operand `{decl.operands[i].name}` "
+                            f"(operand {i})", subject=subject, code="missing-operand",
+                            hint="only optional operands (marked `?`) may be absent")
+    fixed_results = sum(1 for r in decl.results if not r.variadic)
+    variadic = any(r.variadic for r in decl.results)
+    m = len(op.results)
+    if m < fixed_results or (not variadic and m != fixed_results):
+        want = f"at least {fixed_results}" if variadic else f"{fixed_results}"
+        yield error(f"{_where(op)} has {m} result{'s' * (m != 1)}; its declaration gives {want} ({_sig(decl)})",
+                    subject=subject, code="arity")
+
+
+def _sig(decl: OpDeclLike) -> str:
+    mark = {"one": "", "optional": "?", "variadic": "..."}
+    ins = ", ".join(d.name + mark.get(d.kind, "") for d in decl.operands)
+    outs = ", ".join(r.name + ("..." if r.variadic else "") for r in decl.results)
+    return f"({ins}) -> ({outs})"
+
+
+def _check_cycles(graph: Graph, live: set[int]) -> Iterable[Diagnostic]:
+    """Kahn's algorithm over operand→producer edges; on leftovers, walk back to one cycle and name it."""
+    indeg: dict[int, int] = {}
+    succs: dict[int, list[Op]] = {}
+    for op in graph.ops:
+        k = 0
+        for v in op.operands:
+            p = v.producer if v is not None else None
+            if p is not None and id(p) in live:
+                succs.setdefault(id(p), []).append(op)
+                k += 1
+        indeg[id(op)] = k
+    ready = [op for op in graph.ops if not indeg[id(op)]]
+    done = 0
+    while ready:
+        op = ready.pop()
+        done += 1
+        for s in succs.get(id(op), ()):
+            indeg[id(s)] -= 1
+            if not indeg[id(s)]:
+                ready.append(s)
+    if done == len(indeg):
+        return
+    stuck = [op for op in graph.ops if indeg[id(op)]]
+    # every stuck op has a stuck producer, so walking producers back must revisit an op
+    path: list[Op] = []
+    index: dict[int, int] = {}
+    op = stuck[0]
+    while id(op) not in index:
+        index[id(op)] = len(path)
+        path.append(op)
+        op = next(v.producer for v in op.operands
+                  if v is not None and v.producer is not None and indeg.get(id(v.producer), 0))
+    cycle = path[index[id(op)]:][::-1]  # producer → consumer order
+    names = " → ".join(f"`{o.name}`" for o in cycle + cycle[:1])
+    notes = [] if len(stuck) == len(cycle) else [
+        Note(f"{len(stuck)} ops in all cannot be ordered because of cycles")]
+    yield error(f"the graph has a cycle: {names}", subject=f"node {cycle[0].name}", code="cycle", notes=notes)

@@ -1,0 +1,67 @@
+"""`qlower test`: run every test block of rule files without pytest."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from qlower.diagnostics import QlowerError, error
+
+
+def default_examples() -> int:
+    return int(os.environ.get("QLOWER_EXAMPLES", "8"))
+
+
+def rule_files(paths: Sequence[str | Path]) -> list[Path]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files.extend(sorted(p.rglob("*.qpat")))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise QlowerError(error(f"no such file or folder: {p}", code="io"))
+    return files
+
+
+def load_for(file: Path, opdefs: Sequence[str] = (), cache: dict | None = None):
+    """The rule set a file's tests run against: its whole folder (the pack), so needed rules are there."""
+    from qlower.api import load_rules
+
+    key = (str(file.parent.resolve()), tuple(opdefs))
+    if cache is not None and key in cache:
+        return cache[key]
+    rules = load_rules([file.parent], opdefs=opdefs)
+    if cache is not None:
+        cache[key] = rules
+    return rules
+
+
+def run_paths(paths: Sequence[str], *, keyword: str | None = None, examples: int | None = None,
+              opdefs: Sequence[str] = ()) -> int:
+    from qlower.verify.testcase import RuleTestFailure, TestCase
+
+    n = examples or default_examples()
+    cache: dict = {}
+    passed = failed = 0
+    t0 = time.perf_counter()
+    for f in rule_files(paths):
+        rules = load_for(f, opdefs, cache)
+        tests = [t for t in rules.ruleset.tests if Path(t.span.file).resolve() == f.resolve()]
+        for t in tests:
+            if keyword and keyword not in t.name:
+                continue
+            label = f"{f}::{t.name}"
+            try:
+                TestCase(t, rules, str(f)).run(n)
+            except RuleTestFailure as exc:
+                failed += 1
+                print(f"FAILED {label}\n  {exc}\n", file=sys.stderr)
+            else:
+                passed += 1
+                print(f"passed {label}")
+    print(f"{passed} passed, {failed} failed in {time.perf_counter() - t0:.1f}s")
+    return 1 if failed or not passed else 0
