@@ -18,7 +18,6 @@ from typing import Any
 
 import attrs
 
-from qlower import _resources
 from qlower.diagnostics import Diagnostic, QlowerError, SourceCache, error
 from qlower.graph.core import Graph
 from qlower.qnn.model import QnnGraph
@@ -48,11 +47,6 @@ class Rules:
                       functions=self.functions)
 
 
-def pack_path(name: str) -> Path:
-    """Folder of a shipped rule pack (`mllm`, `onnx`, `aten`)."""
-    return _resources.data_dir("patterns") / name
-
-
 def load_registry(opdefs: Sequence[str | Path] = ()):
     from qlower.qnn.opdef import OpDefRegistry
 
@@ -65,32 +59,21 @@ def load_rules(paths: Sequence[str | Path] = (), *, packs: Sequence[str] = (), o
     from qlower.lang.loader import load_rules as _load
     from qlower.plugins import installed
 
-    extra = installed() if plugins else None
-    functions = extra.functions if extra is not None else _default_functions()
-    all_paths = [Path(p) for p in paths] + [pack_path(p) for p in packs]
+    from qlower.plugins import builtin_contributions
+
+    extra = installed() if plugins else builtin_contributions()
+    functions = extra.functions
+    all_paths = [Path(p) for p in paths]
     for name in packs:
-        if not pack_path(name).is_dir():
-            known = ", ".join(sorted(p.name for p in _resources.data_dir("patterns").iterdir() if p.is_dir()))
-            raise QlowerError(error(f"no rule pack named {name}", hint=f"shipped packs: {known}", code="no-pack"))
-    if extra is not None:
-        all_paths += list(extra.rule_paths)
-        opdefs = list(opdefs) + list(extra.opdef_paths)
+        found = extra.pack(name)
+        if found is None:
+            raise QlowerError(error(f"no rule pack named {name}", hint=f"known packs: {', '.join(sorted(extra.packs))}",
+                                    code="no-pack"))
+        all_paths.append(found)
+    opdefs = list(opdefs) + list(extra.opdef_paths)
     reg = registry if registry is not None else load_registry(opdefs)
     ruleset = _load(all_paths, registry=reg, functions=functions)
-    kernels = extra.kernels if extra is not None else _default_kernels()
-    return Rules(ruleset, reg, functions, kernels)
-
-
-def _default_functions() -> FunctionTable:
-    from qlower.plugins import builtin_contributions
-
-    return builtin_contributions().functions
-
-
-def _default_kernels() -> Mapping[str, Mapping[str, Kernel]]:
-    from qlower.plugins import builtin_contributions
-
-    return builtin_contributions().kernels
+    return Rules(ruleset, reg, functions, extra.kernels)
 
 
 @attrs.define
@@ -174,7 +157,7 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         if float16 is None:
             float16 = backend == "htp"
         if float16 and outcome.ok:
-            to_float16(graph)
+            to_float16(graph, rules.registry)
         timings["lower"] = time.perf_counter() - t0
         qg = None
         t1 = time.perf_counter()

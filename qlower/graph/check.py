@@ -166,6 +166,9 @@ def _check_cycles(graph: Graph, live: set[int]) -> Iterable[Diagnostic]:
         op = next(v.producer for v in op.operands
                   if v is not None and v.producer is not None and indeg.get(id(v.producer), 0))
     cycle = path[index[id(op)]:][::-1]  # producer → consumer order
+    order = {id(o): i for i, o in enumerate(graph.ops)}
+    first = min(range(len(cycle)), key=lambda i: order[id(cycle[i])])
+    cycle = cycle[first:] + cycle[:first]  # start at the op that comes first in the graph
     names = " → ".join(f"`{o.name}`" for o in cycle + cycle[:1])
     notes = [] if len(stuck) == len(cycle) else [
         Note(f"{len(stuck)} ops in all cannot be ordered because of cycles")]

@@ -655,7 +655,7 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
         for name, arr in arrays.items():
             info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
             with z.open(info, "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<")),
+                np.lib.format.write_array(f, arr.astype(arr.dtype.newbyteorder("<"), order="C"),
                                           allow_pickle=False)
     return out.getvalue()
 

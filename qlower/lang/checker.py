@@ -41,9 +41,9 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
                              code="duplicate-rule", notes=[Note("first defined here", _name_span(ctx, first, "rule"))]))
     broken: set[int] = set()  # rules with errors do not shadow others
     for r in rules:
-        n = sum(d.is_error for d in ctx.diagnostics)
+        n = ctx.errors
         RuleChecker(ctx, r).run()
-        if sum(d.is_error for d in ctx.diagnostics) > n:
+        if ctx.errors > n:
             broken.add(id(r))
     tests: dict[str, ast.Test] = {}
     for m in modules:

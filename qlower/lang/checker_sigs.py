@@ -90,33 +90,44 @@ def target_param_type(p: TargetParam) -> str:
     return "any"
 
 
+_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?|[:=]')
+
+
 class Locator:
-    """Narrows a node's span to a name inside it (the node spans start elsewhere)."""
+    """Narrows a node's span to a name inside it (most nodes' spans start elsewhere).
+
+    Each source line is tokenized once, so locating stays cheap on large rule sets.
+    """
 
     def __init__(self, sources: SourceCache | None):
         self.sources = sources
+        self._tokens: dict[tuple[str, int], list[tuple[str, int, int]] | None] = {}
+
+    def _line(self, file: str, ln: int) -> list[tuple[str, int, int]] | None:
+        key = (file, ln)
+        if key not in self._tokens:
+            text = self.sources.line(file, ln) if self.sources is not None else None
+            self._tokens[key] = None if text is None else [(m[0], m.start(), m.end()) for m in _TOKEN.finditer(text)]
+        return self._tokens[key]
 
     def find(self, span: Span | None, needle: str, after: str | None = None) -> Span | None:
+        """The first `needle` token inside `span` (after the token `after`, if given); else `span`."""
         if self.sources is None or span is None:
             return span
-        pat = re.compile(r"(?<![\w.])" + re.escape(needle) + r"(?![\w])")
-        kw = None
-        if after:
-            kw = re.compile(r"\b" + re.escape(after) + r"\b" if after.isidentifier() else re.escape(after))
         for ln in range(span.line, min(span.end_line, span.line + 50) + 1):
-            text = self.sources.line(span.file, ln)
-            if text is None:
+            tokens = self._line(span.file, ln)
+            if tokens is None:
                 break
             start = span.column - 1 if ln == span.line else 0
-            end = span.end_column - 1 if ln == span.end_line else len(text)
-            if kw is not None:
-                k = kw.search(text, start, end)
-                if k is None:
+            end = span.end_column - 1 if ln == span.end_line else 1 << 30
+            for text, s, e in tokens:
+                if s < start or e > end:
                     continue
-                start, kw = k.end(), None
-            m = pat.search(text, start, end)
-            if m:
-                return Span(span.file, ln, m.start() + 1, ln, m.end() + 1)
+                if after is not None:
+                    if text == after:
+                        after = None
+                elif text == needle:
+                    return Span(span.file, ln, s + 1, ln, e + 1)
         return span
 
 
@@ -133,8 +144,11 @@ class Context:
     _sigs: dict[str, OpSig | None] = attrs.field(factory=dict)
     _target_names: list[str] | None = None
 
+    errors: int = 0
+
     def report(self, d: Diagnostic) -> None:
         self.diagnostics.append(d)
+        self.errors += d.is_error
 
     def note(self, message: str, span: Span | None, code: str) -> None:
         self.report(Diagnostic(Severity.NOTE, message, span=span, code=code))

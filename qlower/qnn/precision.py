@@ -9,26 +9,59 @@ from __future__ import annotations
 import numpy as np
 
 from qlower.graph.core import Graph, Provenance
+from qlower.qnn.datatypes import DataType
 
 _F32 = np.dtype("float32")
 _F16 = np.dtype("float16")
 _PROV = Provenance("htp_float16", "qlower/qnn/precision.py", "")
 
 
-def to_float16(graph: Graph) -> int:
-    """Retype float32 values to float16 in place; returns how many values changed."""
+def _slot_accepts(registry, op_type: str, kind: str, index: int) -> bool:
+    """Whether some HTP datatype row allows FLOAT_16 at this input/output of the op."""
+    if registry is None:
+        return True
+    sup = registry.supplement(op_type, "htp")
+    if sup is None or not sup.rows:
+        return True
+    prefix = "in" if kind == "in" else "out"
+    exact = f"{prefix}[{index}]"
+    for row in sup.rows:
+        dts = row.get(exact)
+        if dts is None:
+            dts = next((d for n, d in row.entries if n.startswith(f"{prefix}[") and ".." in n), None)
+        if dts is None or DataType.FLOAT_16 in dts:
+            return True
+    return False
+
+
+def _keeps_f32(v, registry) -> bool:
+    p = v.producer
+    if p is not None and p.type.startswith("qnn.") and not _slot_accepts(registry, p.type[4:], "out",
+                                                                          p.results.index(v)):
+        return True
+    return any(u.type.startswith("qnn.") and not _slot_accepts(registry, u.type[4:], "in", i) for u, i in v.users)
+
+
+def to_float16(graph: Graph, registry=None) -> int:
+    """Retype float32 values to float16 in place; returns how many values changed.
+
+    A value stays float32 where an adjacent op has no FLOAT_16 form on HTP
+    (Quantize's input, Dequantize's output), as the op definitions say.
+    """
     inputs = {id(v) for v in graph.inputs}
     outputs = {id(v) for v in graph.outputs}
     changed = 0
     for v in list(graph.values):
         if v.dtype != _F32 or v.quant is not None or id(v) in inputs or id(v) in outputs:
             continue
+        if _keeps_f32(v, registry):
+            continue
         v.dtype = _F16
         if v.data is not None:
             v.data = v.data.astype(_F16)
         changed += 1
     for v in list(graph.inputs):
-        if v.dtype != _F32 or not v.users:
+        if v.dtype != _F32 or not v.users or _keeps_f32(v, registry):
             continue
         nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
         users = list(v.users)
@@ -39,7 +72,7 @@ def to_float16(graph: Graph) -> int:
                 graph.set_operand(user, idx, nv)
         changed += 1
     for v in list(graph.outputs):
-        if v.dtype != _F32 or v.producer is None:
+        if v.dtype != _F32 or v.producer is None or _keeps_f32(v, registry):
             continue
         op = v.producer
         idx = op.results.index(v)

@@ -144,7 +144,8 @@ def _feed(graph: QnnGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.nda
         try:
             env[name] = encode_value(tensor, value)
         except ValueError as exc:
-            raise _fail(f"input `{name}` ({tensor.datatype.qnn_name}): {exc}", f"tensor {name}", "input-dtype") from None
+            raise _fail(f"input `{name}` ({tensor.datatype.qnn_name}): {exc}", f"tensor {name}",
+                        "input-dtype") from None
     return env
 
 
@@ -216,7 +217,8 @@ def _kernel_args(op: OpConfig, in_tensors: list[QnnTensor | None], env: Mapping[
             else:
                 args.append(decode_value(t, stored))
         except ValueError as exc:
-            raise _fail(f"cannot read input `{t.name}` of {op.type}: {exc}", f"node {op.name}", "bad-encoding") from None
+            raise _fail(f"cannot read input `{t.name}` of {op.type}: {exc}", f"node {op.name}",
+                        "bad-encoding") from None
     return args
 
 
@@ -261,7 +263,8 @@ def _run_op(graph: QnnGraph, op: OpConfig, env: dict[str, np.ndarray]) -> None:
     args = _kernel_args(op, in_tensors, env, raw)
     try:
         if raw:
-            in_specs = [None if t is None else OutSpec(t.dims, _kernel_dtype(t), effective_encoding(t)) for t in in_tensors]
+            in_specs = [None if t is None else OutSpec(t.dims, _kernel_dtype(t), effective_encoding(t))
+                        for t in in_tensors]
             results = kernel(args, params, outs, in_specs=in_specs)  # type: ignore[call-arg]
         else:
             _real_params(op, params, in_tensors, out_tensors)

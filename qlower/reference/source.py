@@ -41,7 +41,8 @@ def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray],
             raise QlowerError(error(f"no reference kernel for {op.type}", subject=f"node {op.name}",
                                     code="no-kernel"))
         args = [env[id(v)] if v is not None else None for v in op.operands]
-        outs = [OutSpec(r.shape or (), r.dtype, None) for r in op.results]
+        outs = [OutSpec(r.shape, r.dtype, encoding_of(r.quant, r.dtype) if r.quant is not None else None)
+                for r in op.results]
         try:
             results = kernel(args, op.attrs, outs)
         except KernelError as exc:

@@ -202,8 +202,13 @@ class TestCase:
             raise RuleTestFailure(f"test {self.name}: no reference kernel for {node.op}")
         props = _props(node.props, functions)
         names = node.binders.names
-        outs = [OutSpec(None, np.dtype(canonical_dtype(str(props["dtype"])) if "dtype" in props else "float32"))
-                for _ in names]
+        from qlower.qnn.convert import encoding_of
+
+        # a result with an encoding is computed as a real value, like every source semantics
+        declared = np.dtype(canonical_dtype(str(props["dtype"]))) if "dtype" in props else np.dtype("float32")
+        quant = resolve_encoding(props.get("encoding"), declared)
+        enc = encoding_of(quant, declared) if quant is not None else None
+        outs = [OutSpec(None, declared, enc) for _ in names]
         try:
             results = kernel([real[a.name] if a is not None else None for a in args], attrs_, outs)
         except KernelError as exc:
@@ -250,7 +255,7 @@ class TestCase:
             raise RuleTestFailure(f"{where}: emitted {emitted}, expected {list(self.expect.ops)}")
         fp16 = backend == "htp" and any(v.dtype == np.float32 for v in graph.values)
         if fp16:
-            to_float16(graph)
+            to_float16(graph, self.rules.registry)
         qg = to_qnn(graph, self.rules.registry)
         problems = [d for d in validate_graph(qg, self.rules.registry, backend) if d.is_error]
         if problems:

@@ -42,6 +42,8 @@ def vision_rope(inputs: _Inputs, attrs: _Attrs, outs: Sequence[OutSpec]) -> list
     spatial_merge_size only describe how the table operands were made and are
     checked for sanity, not used.
     """
+    if len(inputs) == 1 or (len(inputs) == 3 and inputs[1] is None and inputs[2] is None):
+        inputs = _static_tables(inputs[0], attrs)
     x, sin, cos = _bshd_and_tables("VisionRoPE", inputs, "half")
     dims = int_attr("VisionRoPE", attrs, "dims")
     if dims != x.shape[-1]:
@@ -54,6 +56,19 @@ def vision_rope(inputs: _Inputs, attrs: _Attrs, outs: Sequence[OutSpec]) -> list
     a, b = x[..., :half], x[..., half:]
     y = np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
     return finish("VisionRoPE", [y], outs)
+
+
+def _static_tables(x: "np.ndarray", attrs: _Attrs) -> list:
+    """The static form: sin/cos computed from the `grid` (t, h, w) attribute."""
+    from qlower.reference.rope import vision_rope_tables
+
+    grid = attrs.get("grid") or []
+    if len(grid) != 3:
+        raise KernelError("VisionRoPE: without sin/cos operands the `grid` attribute (t, h, w) is required")
+    sin, cos = vision_rope_tables(tuple(int(g) for g in grid), int_attr("VisionRoPE", attrs, "dims"),
+                                  float_attr("VisionRoPE", attrs, "theta", 10000.0),
+                                  int_attr("VisionRoPE", attrs, "spatial_merge_size", 2))
+    return [x, sin, cos]
 
 
 def rope(inputs: _Inputs, attrs: _Attrs, outs: Sequence[OutSpec]) -> list[np.ndarray]:

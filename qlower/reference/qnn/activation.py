@@ -158,7 +158,8 @@ def masked_softmax(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarra
         raise KernelError("MaskedSoftmax: only mode UNCOMPRESSED (0) has a reference kernel")
     x, mask = _x(inputs), need(inputs[1], "in[1]").astype(np.float64)
     if x.ndim != 4 or mask.shape != (x.shape[0], x.shape[3]):
-        raise KernelError(f"MaskedSoftmax expects in[0] [b,h,w,c] and in[1] [b,c]; got {list(x.shape)}, {list(mask.shape)}")
+        raise KernelError(f"MaskedSoftmax expects in[0] [b,h,w,c] and in[1] [b,c]; "
+                          f"got {list(x.shape)}, {list(mask.shape)}")
     z, lse = _softmax_parts(x + mask[:, None, None, :], 3, 1.0)
     return [finish(np.exp(z - lse), outs[0])]
 

@@ -51,7 +51,8 @@ def _nd_positions(x_shape: tuple[int, ...], idx: np.ndarray, batch_dims: int) ->
     if not 0 < depth <= len(x_shape) - batch_dims:
         raise KernelError(f"index depth {depth} exceeds data rank {len(x_shape)} minus batch_dims {batch_dims}")
     if tuple(idx.shape[:batch_dims]) != tuple(x_shape[:batch_dims]):
-        raise KernelError(f"batch dims of indices {list(idx.shape[:batch_dims])} differ from data {list(x_shape[:batch_dims])}")
+        raise KernelError(f"batch dims of indices {list(idx.shape[:batch_dims])} "
+                          f"differ from data {list(x_shape[:batch_dims])}")
     bounds = np.array(x_shape[batch_dims:batch_dims + depth])
     if idx.size and ((idx < -bounds).any() or (idx >= bounds).any()):
         raise KernelError("GatherNd/ScatterNd index out of range")
@@ -91,7 +92,8 @@ def scatter_elements(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndar
     axis = axis_in(p_int(params, "axis", 0), x.ndim)
     idx = _indices(inputs[1], "in[1]", x.shape[axis], wrap=True)
     if idx.shape != upd.shape or idx.ndim != x.ndim:
-        raise KernelError(f"ScatterElements indices {list(idx.shape)} and updates {list(upd.shape)} must match, rank {x.ndim}")
+        raise KernelError(f"ScatterElements indices {list(idx.shape)} and updates {list(upd.shape)} "
+                          f"must have one shape of rank {x.ndim}")
     dt = compute_dtype(x, upd)
     y = x.astype(dt, copy=True)
     pos = list(np.indices(idx.shape))

@@ -33,7 +33,10 @@ def pool_out_size(size: int, pads: tuple[int, int], k: int, s: int, ceil_mode: b
     return (math.ceil(span / s) if ceil_mode else span // s) + 1
 
 
-def _windows(x: np.ndarray, params: Params, rank: int, fill: float) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+Windows = tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]
+
+
+def _windows(x: np.ndarray, params: Params, rank: int, fill: float) -> Windows:
     """Per filter offset: the strided window values, an in-input mask and an in-padded-region mask."""
     k = spatial(params, "filter_size", rank)
     s = spatial(params, "stride", rank)

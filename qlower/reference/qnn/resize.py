@@ -108,7 +108,8 @@ def resize(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
         elif interp == LINEAR:
             taps = linear_taps(src, n_in)
         elif interp == CUBIC:
-            taps = cubic_taps(src, n_in, p_float(params, "cubic_coeff", -0.75), p_bool(params, "exclude_outside", False))
+            a, exclude = p_float(params, "cubic_coeff", -0.75), p_bool(params, "exclude_outside", False)
+            taps = cubic_taps(src, n_in, a, exclude)
         else:
             raise KernelError(f"Resize: unknown interpolation_mode {interp}")
         x = resample(x, axis, taps)

@@ -1,0 +1,150 @@
+"""check_graph: each kind of malformation yields one located diagnostic; clean graphs yield none."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from qlower.diagnostics import Severity
+from qlower.graph.check import check_graph
+from qlower.graph.core import Graph
+from qlower.lang.ast import OpDecl, OperandDecl, ResultDecl
+
+DECLS = {
+    "mllm.Add": OpDecl("mllm.Add", (OperandDecl("a", "one"), OperandDecl("b", "one")), (ResultDecl("y"),)),
+    "mllm.Linear": OpDecl("mllm.Linear", (OperandDecl("x", "one"), OperandDecl("w", "one"),
+                                          OperandDecl("bias", "optional")), (ResultDecl("y"),)),
+    "mllm.Concat": OpDecl("mllm.Concat", (OperandDecl("xs", "variadic"),), (ResultDecl("y"),)),
+    "mllm.Split": OpDecl("mllm.Split", (OperandDecl("x", "one"),), (ResultDecl("ys", variadic=True),)),
+}
+
+
+def chain() -> Graph:
+    """x → add(x, w) → t → linear(t, w, _) → y."""
+    g = Graph("g")
+    x = g.add_value("x", "float32", (1, 4))
+    w = g.add_value("w", "float32", (4,), data=np.ones(4, np.float32))
+    t = g.add_value("t", "float32", (1, 4))
+    y = g.add_value("y", "float32", (1, 4))
+    g.add_op("add", "mllm.Add", [x, w], [t])
+    g.add_op("lin", "mllm.Linear", [t, w, None], [y])
+    g.set_io([x], [y])
+    return g
+
+
+def codes(diags):
+    return [(d.code, d.subject) for d in diags]
+
+
+def test_clean_graph_has_no_diagnostics():
+    assert check_graph(chain(), decls=DECLS, need_shapes=True) == []
+
+
+def test_dangling_value():
+    g = chain()
+    z = g.add_value("z", "float32", (1, 4))
+    g.add_op("add2", "mllm.Add", [g.value("y"), z], [g.add_value("y2", "float32", (1, 4))])
+    g.set_io(g.inputs, [g.value("y2")])
+    (d,) = check_graph(g)
+    assert (d.code, d.subject, d.severity) == ("dangling-value", "tensor z", Severity.ERROR)
+    assert "used by node `add2` (mllm.Add) (operand 1) but has no producer" in d.message
+
+
+def test_unused_results_warn():
+    g = chain()
+    g.add_op("dead", "mllm.Add", [g.value("x"), g.value("x")], [g.add_value("u", "float32", (1, 4))])
+    (d,) = check_graph(g)
+    assert (d.code, d.subject, d.severity) == ("unused-result", "node dead", Severity.WARNING)
+
+
+def test_cycle_names_the_ops_on_it():
+    g = Graph()
+    x = g.add_value("x", "float32", (1,))
+    a, b, c, d = (g.add_value(n, "float32", (1,)) for n in "abcd")
+    g.add_op("n1", "mllm.Add", [x, c], [a])
+    g.add_op("n2", "mllm.Add", [a, x], [b])
+    g.add_op("n3", "mllm.Add", [b, x], [c])
+    g.add_op("tail", "mllm.Add", [c, x], [d])
+    g.set_io([x], [d])
+    (diag,) = check_graph(g)
+    assert diag.code == "cycle"
+    assert diag.message == "the graph has a cycle: `n1` → `n2` → `n3` → `n1`"
+    assert "4 ops in all cannot be ordered" in diag.notes[0].message
+
+
+def test_self_loop():
+    g = Graph()
+    a = g.add_value("a", "float32", (1,))
+    g.add_op("n", "mllm.Add", [a, a], [a])
+    g.set_io([], [a])
+    assert codes(check_graph(g)) == [("cycle", "node n")]
+
+
+def test_arity_against_declarations():
+    g = chain()
+    x, w = g.value("x"), g.value("w")
+    g.add_op("add3", "mllm.Add", [x, w, x], [g.add_value("o1", "float32", (1, 4))])
+    g.add_op("lin1", "mllm.Linear", [x], [g.add_value("o2", "float32", (1, 4))])
+    g.add_op("lin2", "mllm.Linear", [x, None], [g.add_value("o3", "float32", (1, 4))])
+    g.add_op("cat", "mllm.Concat", [x, x, x], [g.add_value("o4", "float32", (3, 4))])
+    g.add_op("cat0", "mllm.Concat", [], [g.add_value("o5", "float32", (0,))])
+    g.add_op("split", "mllm.Split", [x], [g.add_value(f"s{i}", "float32", (1, 2)) for i in range(3)])
+    g.add_op("add_r", "mllm.Add", [x, w], [g.add_value("o6", "float32", (1, 4)), g.add_value("o7", "float32", (1,))])
+    g.add_op("split0", "mllm.Split", [x], [])
+    used = [v for v in g.values if v.producer is not None and not v.users]
+    g.set_io([x], used)
+    diags = check_graph(g, decls=DECLS)
+    msgs = {d.subject: d.message for d in diags}
+    assert codes(diags) == [("arity", "node add3"), ("arity", "node lin1"), ("missing-operand", "node lin2"),
+                            ("arity", "node add_r")]
+    assert msgs["node add3"] == "node `add3` (mllm.Add) has 3 operands; its declaration takes 2 ((a, b) -> (y))"
+    assert "takes 2 to 3 ((x, w, bias?) -> (y))" in msgs["node lin1"]
+    assert msgs["node lin2"] == "node `lin2` (mllm.Linear) is missing its required operand `w` (operand 1)"
+    assert "has 2 results; its declaration gives 1" in msgs["node add_r"]
+
+
+def test_unknown_op_type_with_hint():
+    g = chain()
+    g.op("add").type = "mllm.Ad"
+    (d,) = check_graph(g, decls=DECLS)
+    assert (d.code, d.subject, d.hint) == ("unknown-op", "node add", "did you mean `mllm.Add`?")
+    assert check_graph(g) == []  # without declarations op types are not checked
+
+
+def test_missing_shapes_only_when_asked():
+    g = chain()
+    g.value("t").shape = None
+    assert check_graph(g) == []
+    (d,) = check_graph(g, need_shapes=True)
+    assert (d.code, d.subject) == ("missing-shape", "tensor t")
+
+
+def test_outputs_and_inputs():
+    g = chain()
+    orphan = g.add_value("orphan", "float32", (1,))
+    g.set_io([g.value("x"), g.value("t")], [g.value("y"), orphan, g.value("w"), g.value("x")])
+    assert codes(check_graph(g)) == [("output-not-produced", "tensor orphan"), ("input-produced", "tensor t")]
+
+
+def test_removed_value_is_reported():
+    g = chain()
+    t = g.value("t")
+    g.rename_value(t, "t_renamed")
+    g2 = chain()
+    g2.op("lin").operands[0] = g.value("x")  # a value of another graph
+    assert codes(check_graph(g)) == []
+    assert ("foreign-value", "node lin") in codes(check_graph(g2))
+
+
+def test_linear_time_on_a_long_chain():
+    g = Graph()
+    prev = g.add_value("x", "float32", (4,))
+    for i in range(20000):
+        out = g.add_value(f"t{i}", "float32", (4,))
+        g.add_op(f"n{i}", "mllm.Add", [prev, prev], [out])
+        prev = out
+    g.set_io([g.value("x")], [prev])
+    t = time.perf_counter()
+    assert check_graph(g, decls=DECLS, need_shapes=True) == []
+    assert time.perf_counter() - t < 2.0
