@@ -221,6 +221,8 @@ def _op_lines(indent: str, head: str, params: Sequence[ast.Param], props: Sequen
 
 
 def _item_lines(indent: str, prefix: str, item) -> list[str]:
+    if isinstance(item, ast.EmitLet):
+        return [indent + prefix + f"let {item.name} = {format_expr(item.expr)}"]
     head = prefix + _binders(item.binders) + " = "
     if isinstance(item, ast.EmitAlias):
         return [indent + head + item.source]

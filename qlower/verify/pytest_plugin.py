@@ -45,9 +45,9 @@ class QpatTest(pytest.Item):
 
     def runtest(self) -> None:
         from qlower.verify.runner import default_examples
-        from qlower.verify.testcase import TestCase
+        from qlower.verify.testcase import RuleTest
 
-        TestCase(self.test, self.rules, str(self.path)).run(default_examples())
+        RuleTest(self.test, self.rules, str(self.path)).run(default_examples())
 
     def repr_failure(self, excinfo, style=None):
         from qlower.verify.testcase import RuleTestFailure

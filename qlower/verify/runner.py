@@ -42,7 +42,7 @@ def load_for(file: Path, opdefs: Sequence[str] = (), cache: dict | None = None):
 
 def run_paths(paths: Sequence[str], *, keyword: str | None = None, examples: int | None = None,
               opdefs: Sequence[str] = ()) -> int:
-    from qlower.verify.testcase import RuleTestFailure, TestCase
+    from qlower.verify.testcase import RuleTestFailure, RuleTest
 
     n = examples or default_examples()
     cache: dict = {}
@@ -56,7 +56,7 @@ def run_paths(paths: Sequence[str], *, keyword: str | None = None, examples: int
                 continue
             label = f"{f}::{t.name}"
             try:
-                TestCase(t, rules, str(f)).run(n)
+                RuleTest(t, rules, str(f)).run(n)
             except RuleTestFailure as exc:
                 failed += 1
                 print(f"FAILED {label}\n  {exc}\n", file=sys.stderr)

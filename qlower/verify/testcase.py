@@ -98,7 +98,7 @@ def _values_strategy(dtype: np.dtype, shape: tuple[int, ...], quantized: bool):
     return hnp.arrays(dtype, shape, elements=st.integers(0, 2))
 
 
-class TestCase:
+class RuleTest:
     """One test block, ready to run against a loaded rule set."""
 
     def __init__(self, test: ast.Test, rules: Any, file: str, *, backends: Sequence[str] | None = None) -> None:

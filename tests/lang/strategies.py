@@ -123,6 +123,7 @@ emit_items = st.one_of(
     st.builds(ast.EmitOp, binders, qnames, _tuples(emit_args), params, props),
     st.builds(ast.EmitAlias, binders, names),
     st.builds(ast.EmitTensor, binders, exprs, props),
+    st.builds(ast.EmitLet, names, exprs),
 )
 stmts = st.one_of(
     st.builds(ast.Match, binders, op_patterns),

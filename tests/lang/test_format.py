@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -118,6 +119,26 @@ def test_floats_keep_their_exact_value(x: float) -> None:
     (rule,) = parse(f"rule r {{ match y = m.A() {{ a: {literal_text(x)} }} }}").rules
     value = rule.body[0].pattern.attrs[0].value
     assert value == x and type(value) is float and str(value) == str(x)
+
+
+# ------------------------------------------------------ real rule files
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE_FILES = sorted([*(ROOT / "patterns").glob("**/*.qpat"), *(ROOT / "tests" / "lang").glob("**/*.qpat")])
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_rule_files_round_trip(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    try:
+        module = parse(text, str(path))
+    except QlowerError:
+        return  # a syntax-error fixture
+    out = format_module(module)
+    again = parse(out)
+    assert S.tree_key(again.items) == S.tree_key(module.items)
+    assert _comment_bodies(again) == _comment_bodies(module)
+    assert format_text(out) == out
 
 
 # -------------------------------------------------------------- the layout

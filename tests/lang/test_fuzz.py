@@ -72,14 +72,21 @@ TOKENS = [
 ]
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def _doc_examples() -> list[str]:
-    doc = Path(__file__).resolve().parents[2] / "docs" / "language.md"
+    doc = ROOT / "docs" / "language.md"
     if not doc.exists():
         return []
     return re.findall(r"^```qpat\n(.*?)^```", doc.read_text(encoding="utf-8"), re.S | re.M)
 
 
-CORPUS = [SAMPLE, *_doc_examples()]
+def _shipped() -> list[str]:
+    return [p.read_text(encoding="utf-8") for p in sorted((ROOT / "patterns").glob("**/*.qpat"))]
+
+
+CORPUS = [SAMPLE, *_doc_examples(), *_shipped()]
 
 
 def check(text: str) -> ast.Module | None:
