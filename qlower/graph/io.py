@@ -72,7 +72,11 @@ def _is_num(x: Any) -> bool:
 
 
 def _fmt(x: Any) -> str:
-    return json.dumps(x, ensure_ascii=False) if isinstance(x, str) else repr(x)
+    """A value as the user wrote it in JSON."""
+    try:
+        return json.dumps(x, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(x)
 
 
 @attrs.define
@@ -114,13 +118,13 @@ class _Loader:
     # ---------------------------------------------------------------- top
     def load(self, doc: Any) -> Graph:
         if type(doc) is not dict:
-            raise QlowerError(error("a graph file must hold a JSON object", code="missing-key"))
+            raise QlowerError(error("a graph file must hold a JSON object", code="bad-type"))
         fmt = doc.get("format")
         if fmt != FORMAT:
             what = "missing \"format\"" if fmt is None else f"unsupported format {_fmt(fmt)}"
             raise QlowerError(error(f"{what}: expected \"format\": \"{FORMAT}\"", code="bad-format",
                                     span=Span.point(self.file, 1, 1)))
-        for k in doc.keys() - _TOP_KEYS:
+        for k in sorted(doc.keys() - _TOP_KEYS):
             self.err(f"unknown top-level key {_fmt(k)}", "unknown-key", hint=did_you_mean(k, _TOP_KEYS))
         want = {"tensors": dict, "nodes": list, "inputs": list, "outputs": list}
         for k, t in want.items():
@@ -146,17 +150,17 @@ class _Loader:
         return g
 
     def io_list(self, values: dict[str, Value], names: list, what: str) -> list[Value]:
-        out = []
+        out: dict[str, Value] = {}
         for n in names:
             v = values.get(n) if type(n) is str else None
             if v is None:
                 self.err(f"graph {what} {_fmt(n)} names no tensor in \"tensors\"", "unknown-tensor",
                          hint=did_you_mean(n, values) if type(n) is str else None)
-            elif v in out:
+            elif n in out:
                 self.err(f"graph {what} `{n}` is listed twice", "duplicate-io", f"tensor {n}")
             else:
-                out.append(v)
-        return out
+                out[n] = v
+        return list(out.values())
 
     # ------------------------------------------------------------ tensors
     def tensors(self, g: Graph, tensors: dict) -> dict[str, Value]:
@@ -194,7 +198,7 @@ class _Loader:
             self.err(f"tensor `{name}`: entry must be a JSON object", "bad-type", subject)
         elif "dtype" not in t:
             self.err(f"tensor `{name}`: missing key \"dtype\"", "missing-key", subject)
-        for k in (t.keys() - _TENSOR_KEYS if type(t) is dict else ()):
+        for k in (sorted(t.keys() - _TENSOR_KEYS) if type(t) is dict else ()):
             self.err(f"tensor `{name}`: unknown key {_fmt(k)}", "unknown-key", subject,
                      did_you_mean(k, _TENSOR_KEYS))
 
@@ -214,7 +218,7 @@ class _Loader:
         elif "scale" not in q:
             problems.append(("missing-key", "\"quant\" is missing key \"scale\""))
         else:
-            problems += [("unknown-key", f"unknown \"quant\" key {_fmt(k)}") for k in q.keys() - _QUANT_KEYS]
+            problems += [("unknown-key", f"unknown \"quant\" key {_fmt(k)}") for k in sorted(q.keys() - _QUANT_KEYS)]
             problems += _quant_json_problems(q)
         if not problems:
             scale, zp = q["scale"], q.get("zero_point", 0)
@@ -296,10 +300,10 @@ class _Loader:
             try:
                 name, op, ins, outs = n["name"], n["op"], n["inputs"], n["outputs"]
                 attrs_ = n.get("attrs", {})
-                operands = [values[x] if x else None for x in ins]
+                operands = [values[x] if x != "" else None for x in ins]
                 results = [values[x] for x in outs]
             except (KeyError, TypeError, AttributeError):
-                self.bad_node(i, n, values)
+                self.bad_node(i, n, values, g)
                 continue
             if (type(name) is not str or type(op) is not str or type(ins) is not list or type(outs) is not list
                     or type(attrs_) is not dict or not keys.issuperset(n) or "." not in op or not name
@@ -312,7 +316,7 @@ class _Loader:
                              "multiple-producers", f"node {name}")
                     break
             else:
-                if len(set(outs)) != len(outs):
+                if len(outs) > 1 and len(set(outs)) != len(outs):
                     self.err(f"node `{name}` lists an output twice", "multiple-producers", f"node {name}")
                     continue
                 for k, v in attrs_.items():
@@ -321,8 +325,14 @@ class _Loader:
                                  "bad-attr", f"node {name}")
                 add_op(name, op, operands, results, attrs_)
 
-    def bad_node(self, i: int, n: Any, values: dict[str, Value], g: Graph | None = None) -> None:
+    def bad_node(self, i: int, n: Any, values: dict[str, Value], g: Graph) -> None:
         """Explain why node #i was rejected (slow path, runs only for broken nodes)."""
+        before = len(self.errors)
+        self._bad_node(i, n, values, g)
+        if len(self.errors) == before:  # a safety net: a rejected node is never dropped silently
+            self.err(f"node #{i} is malformed: {_fmt(n)[:200]}", "bad-type")
+
+    def _bad_node(self, i: int, n: Any, values: dict[str, Value], g: Graph) -> None:
         if type(n) is not dict:
             self.err(f"node #{i}: entry must be a JSON object", "bad-type")
             return
@@ -331,11 +341,11 @@ class _Loader:
         for k in ("name", "op", "inputs", "outputs"):
             if k not in n:
                 self.err(f"{who}: missing key \"{k}\"", "missing-key", subject)
-        for k in n.keys() - _NODE_KEYS:
+        for k in sorted(n.keys() - _NODE_KEYS):
             self.err(f"{who}: unknown key {_fmt(k)}", "unknown-key", subject, did_you_mean(k, _NODE_KEYS))
         if "name" in n and (type(name) is not str or not name):
             self.err(f"{who}: \"name\" must be a non-empty string", "bad-type", subject)
-        elif g is not None and g.has_op(name):
+        elif g.has_op(name):
             self.err(f"duplicate node name `{name}`", "duplicate-node", subject)
         op = n.get("op")
         if "op" in n and (type(op) is not str or "." not in op):

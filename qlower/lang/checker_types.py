@@ -202,7 +202,7 @@ class ExprTyper:
         if t == "str":
             return "str"
         if elem(t) is None:
-            hint = f"use shape(...)[i] for a dim" if t == "value" else None
+            hint = "use shape(...)[i] for a dim" if t == "value" else None
             return self._err(f"cannot index {t}", e.target, hint)
         return elem(t) or ANY
 
@@ -294,6 +294,8 @@ def _dtype_vs_str(a: str, b: str, e: ast.Binary) -> bool:
 
 def _text(e: ast.Expr) -> str:
     if isinstance(e, ast.Literal):
+        if isinstance(e.value, bool) or e.value is None:
+            return {True: "true", False: "false", None: "none"}[e.value]
         return repr(e.value) if not isinstance(e.value, str) else f'"{e.value}"'
     if isinstance(e, ast.Name):
         return e.id

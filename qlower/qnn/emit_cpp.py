@@ -9,6 +9,8 @@ are `QNN_TENSOR_VERSION_2` initialisers; static data is reached through the
 
 from __future__ import annotations
 
+import re
+
 import math
 
 from qlower.qnn.datatypes import DataType
@@ -42,8 +44,13 @@ _COMPOSE_ARGS = ("Qnn_BackendHandle_t backendHandle", "QNN_INTERFACE_VER_TYPE in
                  "QnnLog_Level_t maxLogLevel")
 
 
+_PLAIN = re.compile(r'[ !#-/0-9:;<=>@-Z\[\]^_`a-z{|}~]*')  # printable ASCII except " \\ and ?
+
+
 def cstr(text: str) -> str:
     """A C string literal for any text: ASCII only, octal escapes for the rest."""
+    if _PLAIN.fullmatch(text):
+        return f'"{text}"'
     out = []
     for b in text.encode("utf-8"):
         c = chr(b)

@@ -269,6 +269,15 @@ ERRORS = [
     (dict(nodes__0__op="Repeat"), "bad-type", 'node `rep`: "op" must be a dialect-qualified op type'),
     (dict(nodes__0__inputs=["q"]), "unknown-tensor",
      'node `rep`: input 0 names tensor "q", which is not declared in "tensors"'),
+    (dict(nodes__0__inputs=[None]), "unknown-tensor", "node `rep`: input 0 names tensor null"),
+    (dict(nodes__0__inputs=[0]), "unknown-tensor", "node `rep`: input 0 names tensor 0"),
+    (dict(nodes__0__inputs=[["x"]]), "unknown-tensor", 'node `rep`: input 0 names tensor ["x"]'),
+    (dict(nodes__0__inputs="x"), "bad-type", 'node `rep`: "inputs" must be a list of tensor names'),
+    (dict(nodes__0__attrs=None), "bad-type", 'node `rep`: "attrs" must be a JSON object'),
+    (dict(nodes__0__outputs=["y", "y"]), "multiple-producers", "node `rep` lists an output twice"),
+    (dict(outputs=["y", "y"]), "duplicate-io", "graph output `y` is listed twice"),
+    (dict(tensors__x=[1]), "bad-type", "tensor `x`: entry must be a JSON object"),
+    (dict(name=3), "bad-type", '"name" must be a string'),
     (dict(nodes__0__outputs=["t"]), "undeclared-tensor",
      'node `rep`: output 0 names tensor "t", which is not declared in "tensors" (every node output needs an entry'),
     (dict(nodes__0__outputs=[""]), "bad-type", "node `rep`: output 0 is empty"),
@@ -284,6 +293,14 @@ ERRORS = [
 def test_load_errors(change, code, fragment):
     e = load_error(doc(**change))
     assert any(d.code == code and fragment in d.message for d in e.diagnostics), [str(d) for d in e.diagnostics]
+
+
+def test_top_level_and_empty_names():
+    assert load_error("[1, 2]").diagnostics[0].message == "a graph file must hold a JSON object"
+    d = json.loads(json.dumps(EXAMPLE))
+    d["tensors"][""] = {"dtype": "float32", "shape": [1]}
+    e = load_error(json.dumps(d))
+    assert [x.code for x in e.diagnostics] == ["bad-name"]
 
 
 def test_did_you_mean_hints():

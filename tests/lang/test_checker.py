@@ -225,3 +225,17 @@ def test_plugin_functions_are_known() -> None:
     assert check([parse(text)], registry=MinimalRegistry(), functions=functions) == []
     (d,) = check([parse(text)], registry=MinimalRegistry(), functions=builtin_functions())
     assert d.code == "unknown-function"
+
+
+def test_generated_modules_never_crash_the_checker() -> None:
+    from hypothesis import HealthCheck, given, settings
+
+    from tests.lang import strategies as S
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(S.modules, S.modules)
+    def run(a, b) -> None:
+        for d in check([a, b], registry=MinimalRegistry(), functions=builtin_functions()):
+            assert d.code and d.message
+
+    run()
