@@ -232,7 +232,7 @@ def test_generated_modules_never_crash_the_checker() -> None:
 
     from tests.lang import strategies as S
 
-    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(S.modules, S.modules)
     def run(a, b) -> None:
         for d in check([a, b], registry=MinimalRegistry(), functions=builtin_functions()):
