@@ -235,7 +235,8 @@ def explain(args: argparse.Namespace) -> int:
     from qlower.rewrite.explain import explain as explain_node
 
     graph = load_model(args.graph)
-    rules = rules_for(args, graph) if args.rules or True else None
+    args.opdefs = []
+    rules = rules_for(args, graph)
     text = explain_node(graph, rules, args.node, rule=args.rule, backend=args.backend)
     print(text)
     return 0

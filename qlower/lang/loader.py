@@ -144,7 +144,13 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
     load = _Load(packs_dir if packs_dir is not None else _resources.data_dir("patterns"))
     for p in paths:
         load.path(Path(p))
-    found = check(load.modules, registry=registry if registry is not None else default_registry(),
+    if registry is None:
+        try:
+            registry = default_registry()
+        except QlowerError as exc:  # broken OpDef files: say so instead of checking against nothing
+            load.diagnostics.extend(exc.diagnostics)
+            return load
+    found = check(load.modules, registry=registry,
                   functions=functions if functions is not None else builtin_functions(), sources=load.sources)
     if load.syntax_errors:
         found = [d for d in found if d.code not in _NEEDS_ALL_FILES]

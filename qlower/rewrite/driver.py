@@ -66,6 +66,7 @@ class Engine:
     def __init__(self, rules: Iterable[ast.Rule], decls: Mapping[str, ast.OpDecl], *, registry: Any,
                  backend: str | None, functions: FunctionTable | None = None) -> None:
         self.functions = functions or builtin_functions()
+        self.decls = decls
         self.backend = backend
         self.registry = registry
         compiled: list[CompiledRule] = []

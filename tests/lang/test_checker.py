@@ -232,10 +232,40 @@ def test_generated_modules_never_crash_the_checker() -> None:
 
     from tests.lang import strategies as S
 
-    @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(S.modules, S.modules)
     def run(a, b) -> None:
         for d in check([a, b], registry=MinimalRegistry(), functions=builtin_functions()):
             assert d.code and d.message
 
     run()
+
+
+def test_mutated_sources_never_crash_the_checker() -> None:
+    """Lines dropped or duplicated at random: whatever still parses must check without raising."""
+    import random
+
+    from qlower.diagnostics import QlowerError, SourceCache
+
+    rng = random.Random(7)
+    texts = [VALID] + [p.read_text(encoding="utf-8") for p in sorted(FAILURES.glob("*.qpat"))]
+    checked = 0
+    for text in texts:
+        lines = text.split("\n")
+        for _ in range(25):
+            mutated = list(lines)
+            i = rng.randrange(len(mutated))
+            if rng.random() < 0.5:
+                del mutated[i]
+            else:
+                mutated.insert(rng.randrange(len(mutated)), mutated[i])
+            source = "\n".join(mutated)
+            try:
+                module = parse(source, "m.qpat")
+            except QlowerError:
+                continue
+            cache = SourceCache()
+            cache.add("m.qpat", source)
+            check([module], registry=MinimalRegistry(), functions=builtin_functions(), sources=cache)
+            checked += 1
+    assert checked > 100

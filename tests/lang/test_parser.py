@@ -6,6 +6,7 @@ hand-written construct is known to survive `qlower fmt`.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -19,8 +20,11 @@ from qlower.lang.ast import (
     NamedNested, OpDecl, OperandDecl, OpPattern, Param, Require, RestCapture, ResultDecl, Rule, Slice, TensorType,
     TypeRef, Unary, ValueProp, ValueType, Wildcard,
 )
+from qlower.lang.checker import check
 from qlower.lang.formatter import format_module, format_text
 from qlower.lang.parser import parse
+from qlower.lang.registry import default_registry
+from qlower.rewrite.functions import builtin_functions
 from tests.lang.strategies import tree_key
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "language.md"
@@ -302,6 +306,12 @@ def test_emit_rest_binders() -> None:
     assert emit.items[0].binders == Binders(("ys",), True)
 
 
+def test_emit_let() -> None:
+    (emit,) = body("rule r { emit {\n t = qnn.Reshape(x)\n let ts = [t] * 2\n y = qnn.Concat(ts...)\n } }")
+    assert emit.items[1] == ast.EmitLet("ts", Binary("*", ListExpr((Name("t"),)), Literal(2)))
+    assert emit.items[2].args == (Arg("rest", "ts"),)
+
+
 # -------------------------------------------------------------------- tests
 
 
@@ -428,3 +438,19 @@ def test_reference_examples_parse_and_round_trip(line: int, block: str) -> None:
     m = parse(block, f"{DOC.name}:{line}")
     again = parse(format_module(m))
     assert tree_key(again.items) == tree_key(m.items)
+
+
+@pytest.mark.parametrize("line, block", _BLOCKS, ids=[f"line{n}" for n, _ in _BLOCKS])
+def test_reference_examples_pass_the_checker(line: int, block: str) -> None:
+    """Examples teach valid rules: no findings, except in the one showing findings."""
+    if "rule mistakes" in block:
+        return
+    ops_file = DOC.parents[1] / "patterns" / "mllm" / "ops.qpat"
+    modules = [parse(ops_file.read_text(encoding="utf-8"), str(ops_file)), parse(block, f"{DOC.name}:{line}")]
+    found = check(modules, registry=_registry(), functions=builtin_functions())
+    assert [str(d) for d in found] == []
+
+
+@functools.cache
+def _registry():
+    return default_registry()
