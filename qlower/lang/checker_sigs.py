@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from qlower.diagnostics import Diagnostic, Note, Severity, SourceCache, Span, error
-from qlower.lang import ast
 from qlower.graph.types import canonical_dtype
-from qlower.lang.checker_types import ATTR_TYPES, ExprTyper, assignable, dtype_literal_ok, literal_type, suggest
+from qlower.lang import ast
+from qlower.lang.checker_types import (ATTR_TYPES, ExprTyper, assignable, dtype_literal_ok, literal_type, suggest,
+                                       suggest_name)
 from qlower.lang.registry import TargetParam, TargetRegistry
 from qlower.rewrite.functions import FunctionTable
 
@@ -228,17 +229,21 @@ class Context:
     def check_params(self, sig: OpSig, params: Sequence[ast.Param], typer: ExprTyper, span: Span | None) -> None:
         """Params of an emitted op (or attributes of a graph node): known, typed, in range, complete."""
         seen: dict[str, ast.Param] = {}
+        misspelt: set[str] = set()  # required names an unknown param was probably meant as
         for p in params:
+            name_span = self.locate.find(p.span, p.name)
             if p.name in seen:
-                self.report(error(f"{sig.word} `{p.name}` is given twice", span=p.span, code="duplicate-param",
-                                  notes=[Note("first given here", seen[p.name].span)]))
+                self.report(error(f"{sig.word} `{p.name}` is given twice", span=name_span, code="duplicate-param",
+                                  notes=[Note("first given here", self.locate.find(seen[p.name].span, p.name))]))
                 continue
             seen[p.name] = p
             a = sig.attrs.get(p.name)
             if a is None:
                 typer.infer(p.expr)
-                self.report(error(f"unknown {sig.word} `{p.name}` for {sig.name}", span=p.span,
-                                  hint=suggest(p.name, sig.attrs),
+                close = suggest_name(p.name, sig.attrs)
+                misspelt.update([close] if close else [])
+                self.report(error(f"unknown {sig.word} `{p.name}` for {sig.name}", span=name_span,
+                                  hint=f"did you mean `{close}`?" if close else None,
                                   code="unknown-param" if sig.target else "unknown-attr"))
                 continue
             t = typer.infer(p.expr)
@@ -250,7 +255,7 @@ class Context:
                 self.report(error(f"{sig.word} `{p.name}` of {sig.name} is {a.type}, not {t}", span=p.expr.span,
                                   code="param-type" if sig.target else "attr-type"))
         for a in sig.attrs.values():
-            if a.required and a.name not in seen:
+            if a.required and a.name not in seen and a.name not in misspelt:
                 self.report(error(f"missing {sig.word} `{a.name}` for {sig.name}", span=span,
                                   code="missing-param" if sig.target else "missing-attr"))
 

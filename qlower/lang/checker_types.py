@@ -88,16 +88,23 @@ def dtype_literal_ok(expr: ast.Expr) -> bool:
     return isinstance(expr, ast.Literal) and isinstance(expr.value, str) and canonical_dtype(expr.value) is not None
 
 
-def suggest(name: str, candidates: Iterable[str]) -> str | None:
-    """`did_you_mean`, preferring the earliest candidate among equally close ones
-    (declaration order: `transpose_in0` before `transpose_in1`)."""
+def suggest_name(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate `did_you_mean` would offer, preferring the earliest among equally
+    close ones (declaration order: `transpose_in0` before `transpose_in1`)."""
     pool = list(dict.fromkeys(candidates))
     close = difflib.get_close_matches(name, pool, n=len(pool) or 1, cutoff=0.6)
     if close:
         best = difflib.SequenceMatcher(None, name, close[0]).ratio()
         ties = {c for c in close if difflib.SequenceMatcher(None, name, c).ratio() == best}
-        pool = [next(c for c in pool if c in ties)]
-    return did_you_mean(name, pool)
+        return next(c for c in pool if c in ties)
+    hint = did_you_mean(name, pool)  # its case-insensitive second try
+    return hint[len("did you mean `"):-2] if hint else None
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str | None:
+    """A did-you-mean hint (see `suggest_name`), or None."""
+    close = suggest_name(name, candidates)
+    return f"did you mean `{close}`?" if close else None
 
 
 Lookup = Callable[[str, Span | None], "str | None"]
