@@ -55,6 +55,7 @@ def _count(n: str, word: str) -> str:
 
 
 def source_sig(decl: ast.OpDecl) -> OpSig:
+    """A declared op's signature; an attribute without default must be given (in emits and test graphs)."""
     kinds = [o.kind for o in decl.operands]
     ones = kinds.count("one")
     hi = None if "variadic" in kinds else ones + kinds.count("optional")
@@ -66,6 +67,7 @@ def source_sig(decl: ast.OpDecl) -> OpSig:
 
 
 def target_param_type(p: TargetParam) -> str:
+    """The expression type a QNN param takes: scalar by datatype, nested lists by rank, `any` when open."""
     dt = p.datatype.name if p.datatype is not None else ""
     if p.enum:
         base = "int"
@@ -144,8 +146,7 @@ class Context:
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
     _sigs: dict[str, OpSig | None] = attrs.field(factory=dict)
     _target_names: list[str] | None = None
-
-    errors: int = 0
+    errors: int = 0  # error findings so far
 
     def report(self, d: Diagnostic) -> None:
         self.diagnostics.append(d)
@@ -195,12 +196,13 @@ class Context:
                                   hint=suggest(b, BACKENDS) or f"backends are {', '.join(BACKENDS)}",
                                   code="unknown-backend"))
 
-    def check_arity(self, sig: OpSig, n_fixed: int, open_: bool, span: Span | None, what: str = "") -> None:
+    def check_arity(self, sig: OpSig, n_fixed: int, open_: bool, span: Span | None) -> None:
+        """`n_fixed` operands, plus any number more when `open_` (a rest capture or `xs...` arg)."""
         lo, hi = sig.inputs
         word = "input" if sig.target else "operand"
         if (not open_ and n_fixed < lo) or (hi is not None and n_fixed > hi):
             got = f"at least {n_fixed}" if open_ else str(n_fixed)
-            self.report(error(f"{sig.name} takes {_count(_rng(lo, hi), word)}, {what}got {got}", span=span,
+            self.report(error(f"{sig.name} takes {_count(_rng(lo, hi), word)}, got {got}", span=span,
                               code="arity"))
 
     def check_results(self, sig: OpSig, binders: ast.Binders, span: Span | None) -> None:

@@ -42,6 +42,8 @@ def assignable(actual: str, expected: str) -> bool:
         return expected in ("encoding", "none")
     if expected == "tensor":
         return actual in NUMERIC or elem(actual) is not None
+    if actual == "tensor" and elem(expected) is not None:
+        return True  # constant data where a list is wanted (e.g. a QNN tensor param)
     ea, ee = elem(actual), elem(expected)
     if ea is not None and ee is not None:
         return assignable(ea, ee)

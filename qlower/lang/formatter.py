@@ -46,7 +46,7 @@ def quote(text: str) -> str:
 
 
 def literal_text(value: object) -> str:
-    """A literal's spelling; floats keep their exact value (repr), infinity is `1e999`."""
+    """A literal's spelling; floats keep their exact value, infinity is `1e999`."""
     if value is True:
         return "true"
     if value is False:
@@ -60,8 +60,24 @@ def literal_text(value: object) -> str:
             raise ValueError("NaN has no .qpat spelling")
         if math.isinf(value):
             return "1e999" if value > 0 else "-1e999"
-        return repr(value)
+        return float_text(value)
     return str(value)
+
+
+def float_text(x: float) -> str:
+    """The shortest text that reads back as exactly `x`, as rule authors write it:
+    `1e-5` rather than `1e-05`, and `1e-4` rather than `0.0001`."""
+    text = repr(x)
+    if "e" in text:
+        mantissa, exp = text.split("e")
+        return f"{mantissa.removesuffix('.0')}e{int(exp)}"
+    if 0 < abs(x) < 0.01:
+        for digits in range(17):
+            mantissa, exp = f"{x:.{digits}e}".split("e")
+            if float(f"{mantissa}e{exp}") == x:
+                short = f"{mantissa}e{int(exp)}"
+                return short if len(short) < len(text) else text
+    return text
 
 
 def _prec(e: ast.Expr) -> int:
@@ -153,7 +169,11 @@ def format_pattern(p: ast.OpPattern) -> str:
     text = f"{' | '.join(p.op_types)}({', '.join(_operand(o) for o in p.operands)})"
     if p.attrs:
         text += " { " + ", ".join(f"{a.name}: {_attr_value(a)}" for a in p.attrs) + " }"
-    return text + (" commutative" if p.commutative else "") + (" shared" if p.shared else "")
+    return text + _flags(p)
+
+
+def _flags(p: ast.OpPattern) -> str:
+    return (" commutative" if p.commutative else "") + (" shared" if p.shared else "")
 
 
 def _operand(o: ast.OperandPat) -> str:
@@ -190,6 +210,7 @@ def _tensor_type(t: ast.TensorType) -> str:
 
 
 def _number(v: float) -> str:
+    """A tolerance: integral ones without a fraction (`steps 2`, `atol 0`)."""
     return str(int(v)) if math.isfinite(v) and v == int(v) and abs(v) < 1e16 else literal_text(float(v))
 
 
@@ -210,14 +231,26 @@ def _backends(names: tuple[str, ...] | None) -> str:
     return f" backends({', '.join(names)})" if names else ""
 
 
-def _op_lines(indent: str, head: str, params: Sequence[ast.Param], props: Sequence[ast.ValueProp]) -> list[str]:
-    """An emitted op or graph node; its param block wraps when the line is too long."""
-    items = [f"{p.name}: {format_expr(p.expr)}" for p in params]
+def _block_lines(indent: str, head: str, items: Sequence[str], tail: str) -> list[str]:
+    """`head { a: 1, b: 2 } tail` on one line, or, when the line is too long
+    mostly because of the block, one item a line."""
     block = (" { " + ", ".join(items) + " }") if items else ""
-    line = indent + head + block + _props(props)
-    if len(line) <= WIDTH or not items:
+    line = indent + head + block + tail
+    if len(line) <= WIDTH or not items or len(block) <= len(tail):
         return [line]
-    return [indent + head + " {", *(indent + INDENT + i + "," for i in items), indent + "}" + _props(props)]
+    return [indent + head + " {", *(indent + INDENT + i + "," for i in items), indent + "}" + tail]
+
+
+def _op_lines(indent: str, head: str, params: Sequence[ast.Param], props: Sequence[ast.ValueProp]) -> list[str]:
+    """An emitted op or graph node."""
+    return _block_lines(indent, head, [f"{p.name}: {format_expr(p.expr)}" for p in params], _props(props))
+
+
+def _match_lines(indent: str, m: ast.Match) -> list[str]:
+    """A match statement; the root pattern's attribute block wraps like params."""
+    p = m.pattern
+    head = f"match {_binders(m.binders)} = {' | '.join(p.op_types)}({', '.join(_operand(o) for o in p.operands)})"
+    return _block_lines(indent, head, [f"{a.name}: {_attr_value(a)}" for a in p.attrs], _flags(p))
 
 
 def _item_lines(indent: str, prefix: str, item) -> list[str]:
@@ -301,6 +334,23 @@ def _gap(c: ast.Comment, below: ast.Comment | ast.Item) -> bool:
     return c.own_line and line is not None and line > c.line + 1
 
 
+def _split(comments: Sequence[ast.Comment], node, lines: Sequence[str]) -> tuple[list[ast.Comment], str]:
+    """Comments to print above a node, and the suffix of its line: a comment that
+    trailed the node keeps trailing it when the node is still one line."""
+    span = getattr(node, "span", None)
+    trailing = [c for c in comments if not c.own_line and span is not None and span.line <= c.line <= span.end_line]
+    if len(trailing) != 1 or len(lines) != 1:
+        return list(comments), ""
+    return [c for c in comments if c is not trailing[0]], "  " + trailing[0].text
+
+
+def _adjacent_ops(prev, item) -> bool:
+    """One-line op declarations written on consecutive lines stay grouped."""
+    if not (isinstance(prev, ast.OpDecl) and isinstance(item, ast.OpDecl)) or item.doc is not None:
+        return False
+    return prev.span is not None and item.span is not None and item.span.line <= prev.span.end_line + 1
+
+
 # ------------------------------------------------------------------ layout
 
 
@@ -316,16 +366,25 @@ class _Printer:
         for c in comments:
             self.put(depth, c.text)
 
+    def emit_lines(self, depth: int, lines: list[str], node, comments: Sequence[ast.Comment]) -> None:
+        """Lines of one node with the comments placed before it."""
+        above, suffix = _split(comments, node, lines)
+        self.notes(depth, above)
+        self.lines.extend(lines[:-1] + [lines[-1] + suffix])
+
     def module(self, m: ast.Module) -> None:
         prev = None
         for item in m.items:
-            notes = self.comments.before.get(id(item), [])
-            if prev is not None and not (isinstance(prev, ast.Import) and isinstance(item, ast.Import) and not notes):
+            lines = self.item_lines(item)
+            above, suffix = _split(self.comments.before.get(id(item), []), item, lines)
+            grouped = not above and (isinstance(prev, ast.Import) and isinstance(item, ast.Import)
+                                     or _adjacent_ops(prev, item))
+            if prev is not None and not grouped:
                 self.lines.append("")
-            self.top_notes(notes)
-            if notes and (not isinstance(item, ast.Import) or _gap(notes[-1], item)):
+            self.top_notes(above)
+            if above and (not isinstance(item, ast.Import) or _gap(above[-1], item)):
                 self.lines.append("")  # keeps them free comments, not the item's doc
-            self.item(item)
+            self.lines.extend(lines[:-1] + [lines[-1] + suffix])
             prev = item
         tail = self.comments.end.get(id(m), [])
         if tail and m.items:
@@ -339,25 +398,25 @@ class _Printer:
                 self.lines.append("")
             self.put(0, c.text)
 
-    def doc(self, depth: int, doc: str | None) -> None:
-        if doc is not None:
-            for line in doc.split("\n"):
-                self.put(depth, f"# {line}" if line else "#")
-
-    def item(self, item: ast.Item) -> None:
+    def item_lines(self, item: ast.Item) -> list[str]:
+        """An item's lines, doc comment included; rules and tests print their own body."""
+        out = [f"# {line}" if line else "#" for line in item.doc.split("\n")] if getattr(item, "doc", None) is not None \
+            else []
         if isinstance(item, ast.Import):
-            self.put(0, "import " + (quote(item.target) if item.is_path else item.target))
-        elif isinstance(item, ast.OpDecl):
-            self.doc(0, item.doc)
-            self.put(0, _op_decl(item))
-        elif isinstance(item, ast.Rule):
-            self.doc(0, item.doc)
-            meta = (f" benefit {item.benefit}" if item.benefit is not None else "") + _backends(item.backends)
-            self.body(0, f"rule {item.name}{meta}", item, self.stmt)
-        else:
-            self.doc(0, item.doc)
-            head = f"test {item.name}" + (f" for {item.rule}" if item.rule is not None else "")
-            self.body(0, head + _backends(item.backends), item, self.test_stmt)
+            return [f"import {quote(item.target) if item.is_path else item.target}"]
+        if isinstance(item, ast.OpDecl):
+            return out + [_op_decl(item)]
+        saved, self.lines = self.lines, out
+        try:
+            if isinstance(item, ast.Rule):
+                meta = (f" benefit {item.benefit}" if item.benefit is not None else "") + _backends(item.backends)
+                self.body(0, f"rule {item.name}{meta}", item, self.stmt)
+            else:
+                head = f"test {item.name}" + (f" for {item.rule}" if item.rule is not None else "")
+                self.body(0, head + _backends(item.backends), item, self.test_stmt)
+            return self.lines
+        finally:
+            self.lines = saved
 
     def body(self, depth: int, head: str, node, each) -> None:
         kids, tail = _children(node), self.comments.end.get(id(node), [])
@@ -366,43 +425,47 @@ class _Printer:
             return
         self.put(depth, head + " {")
         for kid in kids:
-            self.notes(depth + 1, self.comments.before.get(id(kid), []))
-            each(depth + 1, kid)
+            each(depth + 1, kid, self.comments.before.get(id(kid), []))
         self.notes(depth + 1, tail)
         self.put(depth, "}")
 
-    def stmt(self, depth: int, s: ast.Stmt) -> None:
+    def stmt(self, depth: int, s: ast.Stmt, comments: Sequence[ast.Comment]) -> None:
+        indent = INDENT * depth
         if isinstance(s, ast.Match):
-            self.put(depth, f"match {_binders(s.binders)} = {format_pattern(s.pattern)}")
+            lines = _match_lines(indent, s)
         elif isinstance(s, ast.Require):
-            self.put(depth, "require " + format_expr(s.expr))
+            lines = [indent + "require " + format_expr(s.expr)]
         elif isinstance(s, ast.Let):
-            self.put(depth, f"let {s.name} = {format_expr(s.expr)}")
+            lines = [indent + f"let {s.name} = {format_expr(s.expr)}"]
         elif isinstance(s, ast.Fail):
-            self.put(depth, "fail " + format_expr(s.message))
+            lines = [indent + "fail " + format_expr(s.message)]
         else:
-            self.block(depth, "emit", s, s.items, s.block)
+            return self.block(depth, "emit", s, s.items, s.block, comments)
+        self.emit_lines(depth, lines, s, comments)
 
-    def test_stmt(self, depth: int, s: ast.TestStmt) -> None:
+    def test_stmt(self, depth: int, s: ast.TestStmt, comments: Sequence[ast.Comment]) -> None:
+        indent = INDENT * depth
         if isinstance(s, ast.TestInput):
-            self.put(depth, f"input {s.name}: {_tensor_type(s.type)}{_props(s.props)}")
+            line = f"input {s.name}: {_tensor_type(s.type)}{_props(s.props)}"
         elif isinstance(s, ast.TestConst):
             value = f" = {format_expr(s.value)}" if s.value is not None else ""
-            self.put(depth, f"const {s.name}: {_tensor_type(s.type)}{value}{_props(s.props)}")
+            line = f"const {s.name}: {_tensor_type(s.type)}{value}{_props(s.props)}"
         elif isinstance(s, ast.TestGraph):
-            self.block(depth, "graph", s, s.nodes, s.block)
+            return self.block(depth, "graph", s, s.nodes, s.block, comments)
         else:
-            self.put(depth, _expect(s))
+            line = _expect(s)
+        self.emit_lines(depth, [indent + line], s, comments)
 
-    def block(self, depth: int, keyword: str, node, items: Sequence, block: bool) -> None:
+    def block(self, depth: int, keyword: str, node, items: Sequence, block: bool,
+              comments: Sequence[ast.Comment]) -> None:
         """`emit`/`graph`: one item on one line unless marked as a block or too long."""
         if len(items) == 1 and not block:
             lines = _item_lines(INDENT * depth, keyword + " ", items[0])
             if len(lines) == 1:
-                self.notes(depth, self.comments.inside(node))
-                self.lines.extend(lines)
-                return
-        self.body(depth, keyword, node, lambda d, it: self.lines.extend(_item_lines(INDENT * d, "", it)))
+                return self.emit_lines(depth, lines, node, [*comments, *self.comments.inside(node)])
+        self.notes(depth, comments)
+        self.body(depth, keyword, node,
+                  lambda d, it, cs: self.emit_lines(d, _item_lines(INDENT * d, "", it), it, cs))
 
 
 def format_module(module: ast.Module) -> str:

@@ -87,7 +87,11 @@ class _Load:
             self.diagnostics.append(error(f"no such rule file or folder: {p}", span=span, code="unknown-import"))
 
     def folder(self, d: Path, span: Span | None = None) -> None:
-        files = sorted(f for f in d.rglob("*.qpat") if f.is_file())
+        try:
+            files = sorted(f for f in d.rglob("*.qpat") if f.is_file())
+        except OSError as exc:
+            self.diagnostics.append(error(f"cannot list rule folder {d}: {exc}", span=span, code="io"))
+            return
         if not files:
             self.diagnostics.append(warning(f"rule folder {d} holds no .qpat files", span=span, code="empty-folder"))
         for f in files:

@@ -192,7 +192,7 @@ class Engine:
                     queued.add(id(o))
 
     def _legality(self, graph: Graph, out: Outcome, reasons, failed) -> None:
-        for op in graph.topo_order():
+        for op in list(graph.ops):
             if op.type.startswith("qnn."):
                 continue
             c = out.coverage.get(op.type)

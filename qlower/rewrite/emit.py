@@ -146,8 +146,34 @@ class EmitProgram:
             else:
                 self.items.append(("tensor", item, compile_expr(item.expr, bound, functions), None, props))
 
+        self._support: dict[tuple[str, str], bool] = {}
+        self._simple = self._simple_form()
+
+    def _simple_form(self):
+        """One op over plain captures producing exactly the root's results, no props: the
+        common 1:1 lowering, planned without the general machinery."""
+        if len(self.items) != 1 or self.items[0][0] != "op" or self.root_rest:
+            return None
+        _, item, args, params, props = self.items[0]
+        if props or item.binders.rest or tuple(item.binders.names) != self.root_results:
+            return None
+        if any(kind != "value" for kind, *_ in args):
+            return None
+        return item, tuple(name for _, name, _, _ in args), params
+
+    def supported(self, op_type: str, backend: str | None) -> bool:
+        if backend is None or self.registry is None or not op_type.startswith("qnn."):
+            return True
+        key = (op_type, backend)
+        ok = self._support.get(key)
+        if ok is None:
+            ok = self._support[key] = self.registry.supported(op_type[4:], backend)
+        return ok
+
     # ----------------------------------------------------------------- plan
     def plan(self, env: Env, root: Op, backend: str | None) -> Plan:
+        if self._simple is not None:
+            return self._plan_simple(env, root, backend)
         plan = Plan()
         rebound = {id(env[n]) for n in self.root_results if not self.root_rest}
         if self.root_rest:
@@ -171,6 +197,37 @@ class EmitProgram:
                                   self.rule.rule.span)
         return plan
 
+    def _plan_simple(self, env: Env, root: Op, backend: str | None) -> Plan:
+        item, names, params = self._simple
+        op_type = item.op
+        if not self.supported(op_type, backend):
+            raise EmitFailure(f"{op_type[4:]} is not supported on {backend.upper()}", item.span, soft=True)
+        try:
+            operands = [env[n] for n in names]
+        except KeyError as exc:
+            raise EmitFailure(f"`{exc.args[0]}` is not bound", item.span) from None
+        results = root.results
+        for o in operands:
+            if any(o is r for r in results):
+                raise EmitFailure(f"using {o.name} here would make the result depend on itself (a cycle)",
+                                  item.span)
+        attrs: dict[str, Any] = {}
+        try:
+            for name, fn, pdef, span in params:
+                value = fn(env)
+                if pdef is not None:
+                    try:
+                        value = coerce_param(pdef, value)
+                    except ParamError as exc:
+                        raise EmitFailure(f"param {name} of {op_type}: {exc}", span) from None
+                attrs[name] = value
+        except EvalError as exc:
+            raise EmitFailure(str(exc), item.span) from None
+        plan = Plan()
+        plan.ops.append(NewOp(op_type, operands, [env[n] for n in self.root_results], attrs, names[0] if names
+                              else op_type))
+        return plan
+
     def _lookup(self, env: Env, name: str, span, rebound: set[int], produced: set[int]) -> Any:
         v = env.get(name)
         if v is None:
@@ -183,8 +240,7 @@ class EmitProgram:
                  rebound: set[int], produced: set[int]) -> None:
         op_type = item.op
         is_qnn = op_type.startswith("qnn.")
-        if is_qnn and backend is not None and self.registry is not None \
-                and not self.registry.supported(op_type[4:], backend):
+        if is_qnn and not self.supported(op_type, backend):
             raise EmitFailure(f"{op_type[4:]} is not supported on {backend.upper()}", item.span, soft=True)
         operands: list[Any] = []
         for kind, name, fn, span in args:

@@ -90,8 +90,8 @@ def test_warnings_are_kept_on_success_and_raised_with_errors(tmp_path: Path) -> 
 
 
 def test_check_paths_reports_syntax_errors_of_every_file(tmp_path: Path) -> None:
-    _write(tmp_path, {"a.qpat": OPS + "rule a {\n", "b.qpat": "rule b {\n  match y = mllm.Sigmoid(x)\n  emit y = qnn.Sigmod(x)\n}\n",
-                      "c.qpat": "rul c {}\n"})
+    bad_op = "rule b {\n  match y = mllm.Sigmoid(x)\n  emit y = qnn.Sigmod(x)\n}\n"
+    _write(tmp_path, {"a.qpat": OPS + "rule a {\n", "b.qpat": bad_op, "c.qpat": "rul c {}\n"})
     diags, sources = check_paths([tmp_path], registry=MinimalRegistry())
     found = [(d.code, Path(d.span.file).name) for d in diags]
     # a.qpat's ops are missing after its syntax error: "unknown op" findings would be noise
