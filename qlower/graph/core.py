@@ -10,7 +10,7 @@ attributes touch neither (the cheap path that lowering takes most often).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import networkx as nx
@@ -45,9 +45,8 @@ class Value:
         return f"Value({self.name}: {self.dtype}{list(self.shape) if self.shape is not None else '[?]'})"
 
 
-@attrs.frozen
-class Provenance:
-    """Which rule emitted an op, from which source node."""
+class Provenance(NamedTuple):
+    """Which rule emitted an op, from which source node (a tuple: one is made per emitted op)."""
 
     rule: str
     location: str  # file:line:col of the rule

@@ -226,9 +226,13 @@ class _Loader:
                 scale, zp = [scale], [zp]
             elif "zero_point" not in q:
                 zp = [0] * len(scale)
-            quant = Quant(scale, zp, q.get("axis"), q.get("bitwidth"), q.get("symmetric", False),
-                          q.get("block_size"), q.get("block_axis"))
-            problems = quant_problems(quant, dtype, shape)
+            try:
+                quant = Quant(scale, zp, q.get("axis"), q.get("bitwidth"), q.get("symmetric", False),
+                              q.get("block_size"), q.get("block_axis"))
+            except OverflowError:  # Quant keeps zero points as int64
+                problems = [("bad-quant", "a zero point does not fit in a 64-bit integer")]
+            else:
+                problems = quant_problems(quant, dtype, shape)
             if not problems:
                 return quant
         for code, msg in problems:
@@ -445,12 +449,13 @@ def quant_problems(q: Quant, dtype: np.dtype, shape: Any) -> list[tuple[str, str
             out.append(("bad-quant", "block quantization needs \"axis\" (the channel axis)"))
         elif len(q.scale) != 1:
             out.append(("quant-length", f"per-tensor quant needs one scale, not {len(q.scale)}"))
-    elif rank is not None and not 0 <= q.axis < rank:
-        out.append(("bad-quant", f"quant axis {q.axis} is out of range for rank {rank}"))
+    elif q.axis < 0 or (rank is not None and q.axis >= rank):
+        out.append(("bad-quant", f"quant axis {q.axis} is out of range for rank {rank}" if rank is not None
+                    else f"quant axis {q.axis} must be non-negative"))
     elif (q.block_size is None) != (q.block_axis is None):
         out.append(("bad-quant", "block quantization needs both \"block_size\" and \"block_axis\""))
-    elif q.block_size is not None and (q.block_size <= 0 or q.block_axis == q.axis
-                                       or (rank is not None and not 0 <= q.block_axis < rank)):
+    elif q.block_size is not None and (q.block_size <= 0 or q.block_axis == q.axis or q.block_axis < 0
+                                       or (rank is not None and q.block_axis >= rank)):
         out.append(("bad-quant", "\"block_size\" must be positive and \"block_axis\" a dimension other than "
                                  "\"axis\""))
     elif shape is not None:
@@ -486,17 +491,16 @@ _LOCAL_HEADER = struct.Struct("<4s22xHH")
 class _Npz:
     """An npz archive read once into memory; stored members are sliced without zipfile/np.load overhead."""
 
-    path: Path
     buf: bytes
+    zip: zipfile.ZipFile
     members: dict[str, zipfile.ZipInfo]
     headers: dict[bytes, tuple[np.dtype, tuple[int, ...]] | None] = attrs.Factory(dict)
 
     @classmethod
     def open(cls, path: Path) -> _Npz:
         buf = path.read_bytes()
-        with zipfile.ZipFile(io.BytesIO(buf)) as z:
-            members = {i.filename[:-4]: i for i in z.infolist() if i.filename.endswith(".npy")}
-        return cls(path, buf, members)
+        z = zipfile.ZipFile(io.BytesIO(buf))  # in memory: nothing to close
+        return cls(buf, z, {i.filename[:-4]: i for i in z.infolist() if i.filename.endswith(".npy")})
 
     def keys(self) -> list[str]:
         return list(self.members)
@@ -505,7 +509,7 @@ class _Npz:
         info = self.members[key]
         arr = self._fast(info) if info.compress_type == zipfile.ZIP_STORED else None
         if arr is None:  # compressed, Fortran-ordered or unusual: let numpy do it (and raise)
-            with zipfile.ZipFile(io.BytesIO(self.buf)) as z, z.open(info) as f:
+            with self.zip.open(info) as f:
                 arr = np.lib.format.read_array(f, allow_pickle=False)
         return arr
 

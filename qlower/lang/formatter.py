@@ -384,6 +384,9 @@ class _Printer:
             self.top_notes(above)
             if above and (not isinstance(item, ast.Import) or _gap(above[-1], item)):
                 self.lines.append("")  # keeps them free comments, not the item's doc
+            doc = getattr(item, "doc", None)
+            if doc is not None:
+                self.lines.extend(f"# {line}" if line else "#" for line in doc.split("\n"))
             self.lines.extend(lines[:-1] + [lines[-1] + suffix])
             prev = item
         tail = self.comments.end.get(id(m), [])
@@ -399,14 +402,12 @@ class _Printer:
             self.put(0, c.text)
 
     def item_lines(self, item: ast.Item) -> list[str]:
-        """An item's lines, doc comment included; rules and tests print their own body."""
-        out = [f"# {line}" if line else "#" for line in item.doc.split("\n")] if getattr(item, "doc", None) is not None \
-            else []
+        """An item's lines (its doc comment aside)."""
         if isinstance(item, ast.Import):
             return [f"import {quote(item.target) if item.is_path else item.target}"]
         if isinstance(item, ast.OpDecl):
-            return out + [_op_decl(item)]
-        saved, self.lines = self.lines, out
+            return [_op_decl(item)]
+        saved, self.lines = self.lines, []
         try:
             if isinstance(item, ast.Rule):
                 meta = (f" benefit {item.benefit}" if item.benefit is not None else "") + _backends(item.backends)

@@ -12,7 +12,7 @@ from qlower.graph.core import Op
 from qlower.lang import ast
 from qlower.rewrite.expr import compile_expr
 from qlower.rewrite.functions import EvalError, FunctionTable
-from qlower.rewrite.match import OPS, PatternCompiler
+from qlower.rewrite.match import OPS, PatternCompiler, simple_root
 
 Env = dict[str, Any]
 FAIL = "__fail__"
@@ -92,19 +92,8 @@ def _bound_names(rule: ast.Rule) -> set[str]:
     return names
 
 
-def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
-                 functions: FunctionTable) -> CompiledRule:
-    matches = rule.matches
-    if not matches:
-        raise ValueError(f"rule {rule.name} has no match statement")
-    pc = PatternCompiler(decls, functions)
-    bound = _bound_names(rule)
-    root = matches[0]
-    root_body = pc.op_body(root.pattern, root.binders.names, root.binders.rest)
-    dag = []
-    for m in matches[1:]:
-        first = m.binders.names[0] if m.binders.names else None
-        dag.append((first, pc.nested(m.pattern, m.binders.names, m.binders.rest)))
+def _steps(rule: ast.Rule, bound: set[str], functions: FunctionTable) -> list[tuple[str, Any, Span | None]]:
+    """Guards, lets and the fail message, compiled, in the order the rule states them."""
     steps: list[tuple[str, Any, Span | None]] = []
     for s in rule.body:
         if isinstance(s, ast.Require):
@@ -114,29 +103,55 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
         elif isinstance(s, ast.Fail):
             steps.append(("fail", compile_expr(s.message, bound, functions), s.span))
             break
+    return steps
+
+
+def _finish(steps, env: Env) -> Env | None:
+    """Run guards and lets on a matched environment; None when a guard is false."""
+    added: list[str] = []
+    span = None
+    try:
+        for kind, payload, span in steps:
+            if kind == "require":
+                ok = payload(env)
+                if ok is not True and ok is not False:
+                    raise GuardError(f"require needs true or false, got {ok!r}", span)
+                if not ok:
+                    for a in added:
+                        del env[a]
+                    return None
+            elif kind == "let":
+                name, fn = payload
+                env[name] = fn(env)
+                added.append(name)
+            else:
+                env[FAIL] = (str(payload(env)), span)
+                return env
+    except EvalError as exc:
+        raise GuardError(str(exc), span) from None
+    return env
+
+
+def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
+                 functions: FunctionTable) -> CompiledRule:
+    matches = rule.matches
+    if not matches:
+        raise ValueError(f"rule {rule.name} has no match statement")
+    pc = PatternCompiler(decls, functions)
+    bound = _bound_names(rule)
+    root = matches[0]
+    steps = _steps(rule, bound, functions)
 
     def finish(env: Env):
-        added: list[str] = []
-        try:
-            for kind, payload, span in steps:
-                if kind == "require":
-                    ok = payload(env)
-                    if ok is not True and ok is not False:
-                        raise GuardError(f"require needs true or false, got {ok!r}", span)
-                    if not ok:
-                        for a in added:
-                            del env[a]
-                        return None
-                elif kind == "let":
-                    name, fn = payload
-                    env[name] = fn(env)
-                    added.append(name)
-                else:
-                    env[FAIL] = (str(payload(env)), span)
-                    return env
-        except EvalError as exc:
-            raise GuardError(str(exc), span) from None
-        return env
+        return _finish(steps, env)
+
+    fast = simple_root(pc, root.pattern, root.binders.names, root.binders.rest, finish if steps else None) \
+        if len(matches) == 1 else None
+    root_body = None if fast is not None else pc.op_body(root.pattern, root.binders.names, root.binders.rest)
+    dag = []
+    for m in matches[1:]:
+        first = m.binders.names[0] if m.binders.names else None
+        dag.append((first, pc.nested(m.pattern, m.binders.names, m.binders.rest)))
 
     def one_use(env: Env) -> bool:
         ops = env[OPS]
@@ -162,9 +177,12 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
             return None
         return finish(env)
 
-    def match(op: Op) -> Env | None:
-        env: Env = {OPS: []}
-        return root_body(op, env, after_root)
+    if fast is not None:
+        match = fast
+    else:
+        def match(op: Op) -> Env | None:
+            env: Env = {OPS: []}
+            return root_body(op, env, after_root)
 
     emitted = [i for i in rule.emits if isinstance(i, ast.EmitOp)]
     lowering = all(i.op.startswith("qnn.") for i in emitted)

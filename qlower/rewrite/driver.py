@@ -145,9 +145,10 @@ class Engine:
             st.applied += 1
             c = out.coverage.get(root_type)
             if c is not None:
-                c.rules[rule.name] = c.rules.get(rule.name, 0) + 1
+                rules, emitted = c.rules, c.emitted
+                rules[rule.name] = rules.get(rule.name, 0) + 1
                 for n in new_ops:
-                    c.emitted[n.type] = c.emitted.get(n.type, 0) + 1
+                    emitted[n.type] = emitted.get(n.type, 0) + 1
             return rule.name, new_ops
         return None
 

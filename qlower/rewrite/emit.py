@@ -25,6 +25,9 @@ from qlower.rewrite.match import OPS
 Env = dict[str, Any]
 
 
+_NOT = object()
+
+
 class EmitFailure(Exception):
     """The rule matched but cannot emit here. `soft` failures (e.g. an op the
     backend lacks) just let the next rule try; hard ones are reported."""
@@ -62,12 +65,13 @@ class NewOp:
 
 
 class Plan:
-    __slots__ = ("ops", "values", "aliases")
+    __slots__ = ("ops", "values", "aliases", "retype")
 
     def __init__(self) -> None:
         self.ops: list[NewOp] = []
         self.values: list[NewValue] = []
         self.aliases: list[tuple[Value, Any]] = []
+        self.retype = False  # one op in place of the root, same operands and results: edit in place
 
 
 def _sig_of(v: Any):
@@ -147,7 +151,11 @@ class EmitProgram:
                 self.items.append(("tensor", item, compile_expr(item.expr, bound, functions), None, props))
 
         self._support: dict[tuple[str, str], bool] = {}
+        self._coerced: dict[tuple[str, Any], Any] = {}  # (param, scalar value) → QNN value
         self._simple = self._simple_form()
+        # a simple form binding the root's results in their own order can retype the root in place
+        self._results_in_order = self._simple is not None and self.root_results == tuple(
+            n for n in rule.rule.matches[0].binders.names)
 
     def _simple_form(self):
         """One op over plain captures producing exactly the root's results, no props: the
@@ -212,20 +220,31 @@ class EmitProgram:
                 raise EmitFailure(f"using {o.name} here would make the result depend on itself (a cycle)",
                                   item.span)
         attrs: dict[str, Any] = {}
+        memo = self._coerced
         try:
             for name, fn, pdef, span in params:
                 value = fn(env)
                 if pdef is not None:
-                    try:
-                        value = coerce_param(pdef, value)
-                    except ParamError as exc:
-                        raise EmitFailure(f"param {name} of {op_type}: {exc}", span) from None
+                    key = (name, type(value), value) if isinstance(value, (bool, int, float, str)) else None
+                    got = memo.get(key, _NOT) if key is not None else _NOT
+                    if got is _NOT:
+                        try:
+                            got = coerce_param(pdef, value)
+                        except ParamError as exc:
+                            raise EmitFailure(f"param {name} of {op_type}: {exc}", span) from None
+                        if key is not None:
+                            memo[key] = got
+                    value = got
                 attrs[name] = value
         except EvalError as exc:
             raise EmitFailure(str(exc), item.span) from None
         plan = Plan()
-        plan.ops.append(NewOp(op_type, operands, [env[n] for n in self.root_results], attrs, names[0] if names
-                              else op_type))
+        produced = [env[n] for n in self.root_results]
+        plan.ops.append(NewOp(op_type, operands, produced, attrs, names[0] if names else op_type))
+        ops = root.operands
+        k = len(operands)
+        plan.retype = self._results_in_order and len(produced) == len(results) and operands == ops[:k] and (
+            len(ops) == k or all(o is None for o in ops[k:]))
         return plan
 
     def _lookup(self, env: Env, name: str, span, rebound: set[int], produced: set[int]) -> Any:
@@ -364,6 +383,10 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
     matched: list[tuple[Op, bool]] = env[OPS]
     root = matched[0][0]
     prov = Provenance(rule.name, rule.location, root.name)
+    if plan.retype and len(matched) == 1:
+        new = plan.ops[0]
+        graph.retype(root, new.type, new.attrs, prov)
+        return [root]
     # the cheap path: one op for one op with the same operands and results
     if len(plan.ops) == 1 and not plan.values and not plan.aliases and len(matched) == 1:
         new = plan.ops[0]

@@ -319,3 +319,70 @@ def _same_literal(got: Any, want: Any) -> bool:
     if isinstance(want, (int, float)) and isinstance(got, (int, float)):
         return got == want
     return got == want
+
+
+def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[str, ...], rest: bool,
+                finish: Callable[[Env], Env | None] | None):
+    """A straight-line matcher for the common root pattern — one op, plain or typed captures,
+    attribute captures/literals — or None when the pattern needs the general matcher.
+
+    Commutative two-operand ops try the swapped order only when the first one
+    fails (a type constraint or a guard in `finish`).
+    """
+    commutative = pat.commutative or any(
+        compiler.decls.get(t) is not None and compiler.decls[t].commutative for t in pat.op_types)
+    if rest:
+        return None
+    caps: list[tuple[str | None, Any]] = []
+    for p in pat.operands:
+        if isinstance(p, ast.Capture):
+            caps.append((p.name, compiler.value_type(p.type)))
+        elif isinstance(p, ast.Wildcard) and p.type is None:
+            caps.append((None, None))
+        else:
+            return None
+    names = [c for c, _ in caps if c is not None]
+    if len(set(names)) != len(names) or set(names) & set(binders):
+        return None
+    compiler.op_count += 1
+    types = frozenset(pat.op_types)
+    attrs = compiler._attrs(pat)
+    n = len(caps)
+    results = tuple(binders)
+    nres = len(results)
+    swap = commutative and n == 2
+
+    def bind(op: Op, ops) -> Env | None:
+        env: Env = {OPS: [(op, False)]}
+        for (name, check), v in zip(caps, ops):
+            if name is None:
+                continue
+            if v is None:
+                return None
+            if check is not None and check(v, env) is None:
+                return None
+            env[name] = v
+        if attrs is not None and attrs(op, env) is None:
+            return None
+        if nres:
+            if len(op.results) != nres:
+                return None
+            for name, r in zip(results, op.results):
+                if name != "_":
+                    env[name] = r
+        return env if finish is None else finish(env)
+
+    def match(op: Op) -> Env | None:
+        if op.type not in types:
+            return None
+        ops = op.operands
+        m = len(ops)
+        while m > n and ops[m - 1] is None:
+            m -= 1
+        if m != n:
+            return None
+        env = bind(op, ops)
+        if env is None and swap:
+            env = bind(op, (ops[1], ops[0]))
+        return env
+    return match

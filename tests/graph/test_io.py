@@ -260,10 +260,17 @@ ERRORS = [
     (dict(tensors__y__quant={"scale": [1.0] * 8, "axis": 1, "block_size": 32, "block_axis": 3}), "quant-length",
      "quant has 8 scales; shape [1, 8, 8, 64] needs 16 (8 channels × 2 blocks)"),
     (dict(tensors__y__quant={"scale": [1.0] * 8, "axis": 4}), "bad-quant", "quant axis 4 is out of range for rank 4"),
+    (dict(tensors__y__quant={"scale": [1.0], "axis": -1}, tensors__y__shape=None), "bad-quant",
+     "quant axis -1 must be non-negative"),
+    (dict(tensors__y__quant={"scale": [1.0] * 8, "axis": 1, "block_size": 4, "block_axis": 1}), "bad-quant",
+     '"block_size" must be positive and "block_axis" a dimension other than "axis"'),
+    (dict(tensors__y__quant={"scale": 1.0, "symmetric": 1}), "bad-quant", '"symmetric" must be true or false'),
+    (dict(tensors__y__quant={"scale": [1.0] * 8, "axis": True}), "bad-quant", '"axis" must be an integer'),
     (dict(tensors__y__quant={"scale": 1.0, "block_size": 4, "block_axis": 1}), "bad-quant",
      'block quantization needs "axis"'),
     (dict(tensors__y__quant={"scale": [1.0] * 8, "axis": 1, "block_size": 4}), "bad-quant",
      'needs both "block_size" and "block_axis"'),
+    (dict(tensors__y__quant={"scale": 1.0, "zero_point": 2**64}), "bad-quant", "does not fit in a 64-bit integer"),
     (dict(tensors__y__quant={"scale": 1.0, "sym": True}), "unknown-key", 'unknown "quant" key "sym"'),
     (dict(nodes__0__name=...), "missing-key", 'node #0: missing key "name"'),
     (dict(nodes__0__op="Repeat"), "bad-type", 'node `rep`: "op" must be a dialect-qualified op type'),
@@ -351,6 +358,12 @@ def test_npz_key_missing_and_bad_archive(tmp_path):
     assert e.diagnostics[0].code == "npz-missing" and "is not a valid npz archive" in str(e)
 
 
+def test_npz_object_arrays_are_refused(tmp_path):
+    np.savez(tmp_path / "o.npz", w=np.array([{"a": 1}, None], dtype=object))
+    e = load_error(doc(tensors__w__data={"npz": "o.npz", "key": "w"}, tensors__w__shape=[2]), base_dir=tmp_path)
+    assert e.diagnostics[0].code == "npz-key" and "cannot read array \"w\" from o.npz" in str(e)
+
+
 def test_load_graph_missing_file(tmp_path):
     with pytest.raises(QlowerError, match="cannot read graph file"):
         load_graph(tmp_path / "nope.json")
@@ -378,7 +391,7 @@ def tensor(draw, name: str):
         bits = dtype.itemsize * 8
         bw = draw(st.none() | st.integers(2, bits))
         b = bw or bits
-        lo, hi = (0, 2**b - 1) if dtype.kind == "u" else (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
+        lo, hi = (0, min(2**b - 1, 2**63 - 1)) if dtype.kind == "u" else (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
         scales = st.floats(1e-8, 1e4, allow_nan=False)
         kinds = ["tensor", "axis", "block", "block"] if len(shape) >= 2 else ["tensor", "axis"] if shape else ["tensor"]
         kind = draw(st.sampled_from(kinds))
