@@ -221,10 +221,10 @@ class _Loader:
             problems += [("unknown-key", f"unknown \"quant\" key {_fmt(k)}") for k in sorted(q.keys() - _QUANT_KEYS)]
             problems += _quant_json_problems(q)
         if not problems:
-            scale, zp = q["scale"], q.get("zero_point", 0)
+            scale, zp = q["scale"], q.get("zero_point")  # absent or null: zeros
             if type(scale) is not list:
-                scale, zp = [scale], [zp]
-            elif "zero_point" not in q:
+                scale, zp = [scale], [zp or 0]
+            elif zp is None:
                 zp = [0] * len(scale)
             try:
                 quant = Quant(scale, zp, q.get("axis"), q.get("bitwidth"), q.get("symmetric", False),

@@ -124,6 +124,7 @@ def test_quant_variants_round_trip():
     assert g.value("b").quant == Quant([1, 2, 3, 4], [0] * 4, axis=0, bitwidth=4, symmetric=True, block_size=4,
                                        block_axis=1)
     assert g.value("d").quant.zero_point == (0, 0, 0, 0)  # zero_point defaults to 0
+    assert loads_graph(doc(tensors__y__quant={"scale": 0.5, "zero_point": None})).value("y").quant == Quant(0.5, 0)
     assert g.value("e").quant.scale == (1.0, 2.0, 3.0, 4.0)  # 2 channels × ceil(5 / 3) blocks
     assert_same(g, loads_graph(dumps_graph(g)))
 
