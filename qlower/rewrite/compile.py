@@ -36,10 +36,8 @@ class CompiledRule:
     root_types: tuple[str, ...]
     lowering: bool  # emits only qnn ops (applied once per matched op)
     match: Callable[[Op], Env | None] = attrs.field(repr=False)
-
-    @property
-    def location(self) -> str:
-        return str(self.rule.span) if self.rule.span else "<unknown>"
+    location: str = attrs.field(default=attrs.Factory(
+        lambda self: str(self.rule.span) if self.rule.span else "<unknown>", takes_self=True))
 
     def allowed_on(self, backend: str | None) -> bool:
         return backend is None or self.backends is None or backend in self.backends

@@ -91,13 +91,10 @@ class Engine:
             out.diagnostics.append(error(str(exc), code="cycle"))
             return out
         cov = out.coverage
-        for op in order:
-            if op.type.startswith("qnn."):
-                continue
-            c = cov.get(op.type)
-            if c is None:
-                c = cov[op.type] = Coverage()
-            c.count += 1
+        counts = collections.Counter(op.type for op in order)
+        for op_type, n in counts.items():
+            if not op_type.startswith("qnn."):
+                cov[op_type] = Coverage(count=n)
         failed: set[int] = set()
         for op in reversed(order):
             if op.dead or op.type.startswith("qnn."):

@@ -215,9 +215,9 @@ class EmitProgram:
         except KeyError as exc:
             raise EmitFailure(f"`{exc.args[0]}` is not bound", item.span) from None
         results = root.results
-        for o in operands:
-            if any(o is r for r in results):
-                raise EmitFailure(f"using {o.name} here would make the result depend on itself (a cycle)",
+        for r in results:
+            if r in operands:  # identity: values compare by identity
+                raise EmitFailure(f"using {r.name} here would make the result depend on itself (a cycle)",
                                   item.span)
         attrs: dict[str, Any] = {}
         memo = self._coerced

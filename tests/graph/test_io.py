@@ -487,3 +487,27 @@ def test_load_speed_smoke(tmp_path):
     g2 = load_graph(tmp_path / "g.json")
     assert time.perf_counter() - t < 2.0
     assert len(g2) == 5000 and g2.value("w4996").data[0] == 4996
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**65, 2**65) | st.floats() | st.text(max_size=3),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=3), c, max_size=3),
+                           max_leaves=8)
+PATHS = ["format", "name", "inputs", "outputs", "tensors", "nodes", "tensors__x", "tensors__x__dtype",
+         "tensors__x__shape", "tensors__w__data", "tensors__w__shape", "tensors__y__quant", "tensors__y__quant__scale",
+         "tensors__y__quant__zero_point", "tensors__y__quant__axis", "tensors__y__quant__block_size",
+         "tensors__y__quant__bitwidth", "nodes__0", "nodes__0__name", "nodes__0__op", "nodes__0__inputs",
+         "nodes__0__outputs", "nodes__0__attrs", "nodes__0__attrs__dim", "tensors__new", "nodes__0__new"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(PATHS), json_values), min_size=1, max_size=3))
+def test_any_json_gives_a_graph_or_a_qlower_error(changes):
+    """Whatever the file holds, loading never fails with anything but a QlowerError."""
+    try:
+        text = doc(**dict(changes))
+    except (KeyError, TypeError, IndexError, ValueError):
+        return  # the mutation path no longer exists
+    try:
+        loads_graph(text)
+    except QlowerError as e:
+        assert e.diagnostics and all(d.message for d in e.diagnostics)

@@ -173,7 +173,7 @@ test repeat_to_tile {
   input x: f32[1, 2..8, 16]
   graph y = mllm.Repeat(x) { dim: 1, times: 4 }
   expect ops qnn.Tile
-  expect close atol 1e-3 rtol 0 steps 5
+  expect close atol 0.001 rtol 0 steps 5
 }
 '''
 
@@ -224,7 +224,8 @@ expect ops qnn.Tile expect close atol 1e-3 rtol 0 steps 5.0 }
     ("(a ++ b)[0]", "(a ++ b)[0]"),
     ("x not in [1,2]", "x not in [1, 2]"),
     ("f( a , b , )", "f(a, b)"),
-    ("0x1F + 007 + 1. + 2e3 + 1e-05 + 0.0001 + 0.0015 + 1e16", "31 + 7 + 1.0 + 2000.0 + 1e-5 + 1e-4 + 0.0015 + 1e16"),
+    ("0x1F + 007 + 1. + 2e3 + 1e-05 + 0.0001 + 0.001 + 0.0015 + 1e16",
+     "31 + 7 + 1.0 + 2000.0 + 1e-5 + 1e-4 + 0.001 + 0.0015 + 1e16"),
     ("1e999", "1e999"),
     ('"tab\there \\"q\\" \\u00e9 \\u0001"', '"tab\\there \\"q\\" é \\u0001"'),
 ])

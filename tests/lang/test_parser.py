@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qlower.diagnostics import QlowerError, Span
+from qlower.diagnostics import QlowerError, Span, render_all
 from qlower.lang import ast
 from qlower.lang.ast import (
     Alternatives, Arg, AttrDecl, AttrPat, Binary, Binders, Call, Capture, Conditional, DimPat, DimRange, Emit,
@@ -22,6 +22,7 @@ from qlower.lang.ast import (
 )
 from qlower.lang.checker import check
 from qlower.lang.formatter import format_module, format_text
+from qlower.lang.loader import check_paths
 from qlower.lang.parser import parse
 from qlower.lang.registry import default_registry
 from qlower.rewrite.functions import builtin_functions
@@ -441,6 +442,12 @@ def test_reference_examples_parse_and_round_trip(line: int, block: str) -> None:
 
 
 @pytest.mark.parametrize("line, block", _BLOCKS, ids=[f"line{n}" for n, _ in _BLOCKS])
+def test_reference_examples_are_formatted(line: int, block: str) -> None:
+    """The reference shows the canonical layout (`qlower fmt` leaves examples alone)."""
+    assert format_text(block) == block
+
+
+@pytest.mark.parametrize("line, block", _BLOCKS, ids=[f"line{n}" for n, _ in _BLOCKS])
 def test_reference_examples_pass_the_checker(line: int, block: str) -> None:
     """Examples teach valid rules: no findings, except in the one showing findings."""
     if "rule mistakes" in block:
@@ -454,3 +461,17 @@ def test_reference_examples_pass_the_checker(line: int, block: str) -> None:
 @functools.cache
 def _registry():
     return default_registry()
+
+
+def test_reference_diagnostics_are_current(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The findings the reference shows for its `mistakes` example are what `qlower check` reports."""
+    text = DOC.read_text(encoding="utf-8")
+    (block,) = [b for _, b in _BLOCKS if "rule mistakes" in b]
+    shown = re.search(r"`qlower check rules/mistakes.qpat` reports:\n\n```text\n(.*?)```", text, re.S)
+    assert shown is not None
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "mistakes.qpat").write_text(block, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    diags, sources = check_paths(["rules/mistakes.qpat"])
+    mine = [d for d in diags if d.span is not None and d.span.file == "rules/mistakes.qpat"]
+    assert render_all(mine, sources) + "\n" == shown.group(1)
