@@ -35,11 +35,25 @@ class Span:
     end_column: int
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}"
+        return f"{display_path(self.file)}:{self.line}:{self.column}"
 
     @classmethod
     def point(cls, file: str, line: int, column: int) -> Span:
         return cls(file, line, column, line, column + 1)
+
+
+def display_path(file: str) -> str:
+    """A path as a user wants to read it: relative to the working directory when inside it."""
+    import os
+
+    if os.path.isabs(file):
+        try:
+            rel = os.path.relpath(file)
+        except ValueError:
+            return file
+        if not rel.startswith(".."):
+            return rel
+    return file
 
 
 @attrs.frozen

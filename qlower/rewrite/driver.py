@@ -132,7 +132,7 @@ class Engine:
                 plan = self.programs[rule.name].plan(env, op, self.backend)
             except EmitFailure as exc:
                 if exc.soft:
-                    reasons[id(op)].append(f"rule {rule.name} ({rule.location}): {exc}")
+                    reasons[id(op)].append((rule.name, str(exc)))
                 else:
                     out.diagnostics.append(error(f"rule {rule.name} cannot emit: {exc}", subject=_subject(op),
                                                  span=exc.span or rule.rule.span, code="emit-error"))
@@ -199,11 +199,18 @@ class Engine:
             if id(op) in failed:
                 continue
             cands = self.lowering.candidates(op.type)
-            notes = [Note(r, None) for r in reasons.get(id(op), [])]
+            why = dict(reasons.get(id(op), []))
+            notes = []
             if cands:
-                notes += [Note(f"candidate rule {r.name} did not match (qlower explain shows why)", r.rule.span)
-                          for r in cands[:3]]
-                msg = f"no rule lowers this op (its {len(cands)} candidate rule(s) did not apply)"
+                for r in cands[:4]:
+                    if r.name in why:
+                        notes.append(Note(f"rule {r.name} matches, but {why[r.name]}", r.rule.span))
+                    else:
+                        notes.append(Note(f"rule {r.name} does not match (`qlower explain` shows why)", r.rule.span))
+                if why and len(why) == len(cands):
+                    msg = f"no rule can lower this op here: {'; '.join(sorted(set(why.values())))}"
+                else:
+                    msg = f"no rule lowers this op ({len(cands)} candidate rule(s) tried)"
                 hint = None
             else:
                 msg = "no rule lowers this op type"

@@ -511,3 +511,18 @@ def test_any_json_gives_a_graph_or_a_qlower_error(changes):
         loads_graph(text)
     except QlowerError as e:
         assert e.diagnostics and all(d.message for d in e.diagnostics)
+
+
+def test_loading_restores_the_gc_state():
+    import gc
+
+    assert gc.isenabled()
+    load_error("{")
+    loads_graph(json.dumps(EXAMPLE))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        loads_graph(json.dumps(EXAMPLE))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
