@@ -27,6 +27,7 @@ def _parser() -> Lark:
 
 def parse(text: str, file: str = "<string>") -> ast.Module:
     """Parse .qpat text; raises QlowerError with one located diagnostic on bad syntax."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark some editors write; not part of line 1
     comments: list[ast.Comment] = []
 
     def keep(line: int, body: str, own_line: bool) -> None:

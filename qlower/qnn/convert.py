@@ -51,8 +51,10 @@ def _blockwise(q: Quant, offsets: tuple[int, ...]) -> QuantEncoding:
 
 
 def _datatype(v: Value) -> DataType:
-    q = v.quant
-    return from_numpy(v.dtype, quantized=q is not None, bitwidth=q.bitwidth if q is not None else None)
+    """Fixed point of the storage width: a 4-bit weight stored in int8 is SFIXED_POINT_8 whose
+    BW_* / BLOCKWISE_EXPANSION encoding carries the bitwidth, as HTP's op definitions expect
+    (e.g. FullyConnected in[1]: SFIXED_POINT_8, static when the encoding is BW_AXIS_SCALE_OFFSET)."""
+    return from_numpy(v.dtype, quantized=v.quant is not None)
 
 
 def _param_datatype(pdef: Any, value: Any) -> DataType:

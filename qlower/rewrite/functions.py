@@ -254,3 +254,19 @@ _MORE: tuple[Function, ...] = (
     Function("quantized_like", ("value",), "bool", lambda v: v.quant is not None),
 )
 _BUILTINS = _BUILTINS + _MORE
+
+
+def _quant_blocks(scales: list, axis: int, block_axis: int, block_size: int, bitwidth: int = 4) -> Quant:
+    """Symmetric block quantization (LPBQ): `scales` is [channels][blocks] along `axis`/`block_axis`."""
+    rows = [list(r) for r in scales]
+    if not rows or any(len(r) != len(rows[0]) for r in rows):
+        raise EvalError("quant_blocks needs a rectangular [channels][blocks] list of scales")
+    flat = [float(x) for r in rows for x in r]
+    return Quant(flat, [0] * len(rows), axis=int(axis), bitwidth=int(bitwidth), symmetric=True,
+                 block_size=int(block_size), block_axis=int(block_axis))
+
+
+_BUILTINS = _BUILTINS + (
+    Function("quant_blocks", ("list[list[float]]", "int", "int", "int", "int"), "encoding", _quant_blocks,
+             optional=1, doc="block (LPBQ) encoding: [channels][blocks] scales, axis, block axis, block size, bits"),
+)

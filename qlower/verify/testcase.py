@@ -86,6 +86,15 @@ def _props(props: Sequence[ast.ValueProp], functions) -> dict[str, Any]:
     return {p.kind: compile_expr(p.expr, (), functions)({}) for p in props}
 
 
+def _int_range(dtype: np.dtype, quant: Quant | None) -> tuple[int, int]:
+    """Storage range of a quantized tensor, narrowed by its bitwidth (4-bit weights in int8)."""
+    info = np.iinfo(dtype)
+    bits = quant.bitwidth if quant is not None and quant.bitwidth else info.bits
+    if bits >= info.bits:
+        return int(info.min), int(info.max)
+    return (0, 2 ** bits - 1) if info.min == 0 else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
+
 def _values_strategy(dtype: np.dtype, shape: tuple[int, ...], quantized: bool):
     if dtype.kind == "f":
         elements = st.floats(-4.0, 4.0, width=32, allow_nan=False, allow_infinity=False)
@@ -175,8 +184,8 @@ class RuleTest:
                     data = quantize_real(value, quant, dtype) if quant is not None else value.astype(dtype)
                     data = data.reshape(shape) if data.size == int(np.prod(shape)) else data
                 elif quant is not None:
-                    info = np.iinfo(dtype)
-                    data = rng.integers(info.min, int(info.max) + 1, size=shape).astype(dtype)
+                    lo, hi = _int_range(dtype, quant)
+                    data = rng.integers(lo, hi + 1, size=shape).astype(dtype)
                 elif dtype.kind == "f":
                     data = rng.standard_normal(shape).astype(dtype)
                 else:

@@ -414,6 +414,11 @@ def test_bad_literals_are_located_errors() -> None:
     assert "nested too deeply" in d.message
 
 
+def test_byte_order_mark_is_skipped() -> None:
+    m = parse("\ufeffrule r {\n  require x\n}\n", "f.qpat")
+    assert m.rules[0].body[0].span == Span("f.qpat", 2, 3, 2, 12)
+
+
 def test_raw_tab_in_string_is_allowed() -> None:
     assert expr('"a\tb"') == Literal("a\tb")
 
