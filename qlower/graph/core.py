@@ -9,6 +9,7 @@ attributes touch neither (the cheap path that lowering takes most often).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -86,6 +87,7 @@ class Graph:
     def __init__(self, name: str = "graph") -> None:
         self.name = name
         self.nx = nx.MultiDiGraph()
+        self._pending: list[Op | Value] | None = None  # see `bulk()`
         self._values: dict[str, Value] = {}
         self._ops: dict[str, Op] = {}
         self.inputs: list[Value] = []
@@ -150,10 +152,14 @@ class Graph:
                   data: np.ndarray | None = None) -> Value:
         if name in self._values:
             raise GraphError(f"duplicate value name {name}")
-        v = Value(name, np.dtype(dtype), tuple(int(d) for d in shape) if shape is not None else None,
-                  quant, data)
+        if shape is not None and type(shape) is not tuple:
+            shape = tuple(map(int, shape))
+        v = Value(name, dtype if isinstance(dtype, np.dtype) else np.dtype(dtype), shape, quant, data)
         self._values[name] = v
-        self.nx.add_node(v)
+        if self._pending is not None:
+            self._pending.append(v)
+        else:
+            self.nx.add_node(v)
         return v
 
     def add_op(self, name: str, type: str, operands: Sequence[Value | None], results: Sequence[Value],
@@ -161,19 +167,45 @@ class Graph:
         if name in self._ops:
             raise GraphError(f"duplicate op name {name}")
         op = Op(name, type, dict(attrs or {}), list(operands), list(results), provenance)
+        for r in op.results:
+            if r.producer is not None:
+                raise GraphError(f"value {r.name} already has producer {r.producer.name}")
+        for i, v in enumerate(op.operands):
+            if v is not None:
+                v.users.append((op, i))
+        for r in op.results:
+            r.producer = op
+        self._ops[name] = op
+        if self._pending is not None:
+            self._pending.append(op)
+            return op
         g = self.nx
         g.add_node(op)
         for i, v in enumerate(op.operands):
             if v is not None:
-                v.users.append((op, i))
                 g.add_edge(v, op, i)
         for i, r in enumerate(op.results):
-            if r.producer is not None:
-                raise GraphError(f"value {r.name} already has producer {r.producer.name}")
-            r.producer = op
             g.add_edge(op, r, i)
-        self._ops[name] = op
         return op
+
+    @contextlib.contextmanager
+    def bulk(self) -> Iterator[Graph]:
+        """Build many values and ops, then index them in networkx in one pass.
+
+        Inside the block, `add_value`/`add_op` only record; on exit the
+        MultiDiGraph's adjacency is filled directly, the same structure
+        `add_node`/`add_edge` make, at a fraction of the per-call cost
+        (a million-op model loads in seconds instead of tens of seconds).
+        """
+        if self._pending is not None:
+            yield self
+            return
+        self._pending = []
+        try:
+            yield self
+        finally:
+            pending, self._pending = self._pending, None
+            _index(self.nx, pending)
 
     def set_io(self, inputs: Sequence[Value], outputs: Sequence[Value]) -> None:
         for v in self.inputs:
@@ -305,6 +337,36 @@ class Graph:
 
     def iter_consts(self) -> Iterator[Value]:
         return (v for v in self._values.values() if v.data is not None)
+
+
+def _index(g: nx.MultiDiGraph, items: list) -> None:
+    """Add nodes and their edges (value → op by operand index, op → value by result index)."""
+    node, succ, pred = g._node, g._succ, g._pred
+    for x in items:
+        if x not in node:
+            node[x] = {}
+            succ[x] = {}
+            pred[x] = {}
+
+    def edge(u, v, key) -> None:
+        kd = succ[u].get(v)
+        if kd is None:
+            kd = succ[u][v] = {}
+            pred[v][u] = kd
+        kd[key] = {}
+
+    for x in items:
+        if isinstance(x, Op):
+            for i, v in enumerate(x.operands):
+                if v is not None:
+                    if v not in node:
+                        node[v], succ[v], pred[v] = {}, {}, {}
+                    edge(v, x, i)
+            for i, r in enumerate(x.results):
+                if r not in node:
+                    node[r], succ[r], pred[r] = {}, {}, {}
+                edge(x, r, i)
+    nx._clear_cache(g)
 
 
 def _fresh(base: str, taken: dict) -> str:

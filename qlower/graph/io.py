@@ -137,8 +137,9 @@ class _Loader:
             self.err("\"name\" must be a string", "bad-type")
         self.raise_errors()
         g = Graph(name)
-        values = self.tensors(g, doc["tensors"])
-        self.nodes(g, values, doc["nodes"])
+        with g.bulk():
+            values = self.tensors(g, doc["tensors"])
+            self.nodes(g, values, doc["nodes"])
         ins = self.io_list(values, doc["inputs"], "input")
         outs = self.io_list(values, doc["outputs"], "output")
         for v in ins:

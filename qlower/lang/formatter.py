@@ -110,7 +110,7 @@ class _Printer:
         for c in comments:
             self.put(depth, c.text)
 
-    def emit_lines(self, depth: int, lines: list[str], node, comments: Sequence[ast.Comment]) -> None:
+    def node_lines(self, depth: int, lines: list[str], node, comments: Sequence[ast.Comment]) -> None:
         """Lines of one node with the comments placed before it."""
         above, suffix = _split(comments, node, lines)
         self.notes(depth, above)
@@ -186,7 +186,7 @@ class _Printer:
             lines = [indent + "fail " + format_expr(s.message)]
         else:
             return self.block(depth, "emit", s, s.items, s.block, comments)
-        self.emit_lines(depth, lines, s, comments)
+        self.node_lines(depth, lines, s, comments)
 
     def test_stmt(self, depth: int, s: ast.TestStmt, comments: Sequence[ast.Comment]) -> None:
         indent = INDENT * depth
@@ -199,7 +199,7 @@ class _Printer:
             return self.block(depth, "graph", s, s.nodes, s.block, comments)
         else:
             line = expect_text(s)
-        self.emit_lines(depth, [indent + line], s, comments)
+        self.node_lines(depth, [indent + line], s, comments)
 
     def block(self, depth: int, keyword: str, node, items: Sequence, block: bool,
               comments: Sequence[ast.Comment]) -> None:
@@ -207,10 +207,10 @@ class _Printer:
         if len(items) == 1 and not block:
             lines = item_lines(INDENT * depth, keyword + " ", items[0])
             if len(lines) == 1:
-                return self.emit_lines(depth, lines, node, [*comments, *self.comments.inside(node)])
+                return self.node_lines(depth, lines, node, [*comments, *self.comments.inside(node)])
         self.notes(depth, comments)
         self.body(depth, keyword, node,
-                  lambda d, it, cs: self.emit_lines(d, item_lines(INDENT * d, "", it), it, cs))
+                  lambda d, it, cs: self.node_lines(d, item_lines(INDENT * d, "", it), it, cs))
 
 
 def format_module(module: ast.Module) -> str:

@@ -1,0 +1,291 @@
+"""Building the onnx-dialect Graph from an (inferred) ModelProto: see `onnx_frontend`'s docstring."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+import numpy as np
+
+from qlower.diagnostics import QlowerError, error
+from qlower.frontends.onnx_qdq import QdqResult, fold_qdq
+from qlower.frontends.onnx_types import graph_dtype, narrow_ints, onnx_to_numpy
+from qlower.graph.core import Graph, Value
+from qlower.reference.onnx_kernels import EVAL_OPSET, PARAM_INPUTS
+
+# Legacy spellings renamed to the current attribute names (op, old) → new.
+_RENAMED = {("Pad", "paddings"): "pads", ("Pad", "value"): "constant_value"}
+_SOFTMAX_LIKE = ("Softmax", "LogSoftmax", "Hardmax")
+
+
+@attrs.define
+class Spec:
+    """A node after normalisation, not yet in the graph."""
+
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any]
+    name: str
+
+
+def _fail(message: str, subject: str | None = None, hint: str | None = None) -> QlowerError:
+    return QlowerError(error(message, subject=subject, hint=hint, code="onnx-import"))
+
+
+def _attr_value(a: Any) -> Any:
+    """An ONNX attribute as plain JSON-friendly Python (tensors as nested lists, strings decoded)."""
+    from onnx import helper, numpy_helper
+
+    v = helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list):
+        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+    if hasattr(v, "dims") and hasattr(v, "data_type"):
+        return numpy_helper.to_array(v).tolist()
+    return v
+
+
+def _constant_value(node: Any) -> np.ndarray:
+    from onnx import numpy_helper
+
+    for a in node.attribute:
+        if a.name == "value":
+            return numpy_helper.to_array(a.t)
+        if a.name == "value_float":
+            return np.asarray(a.f, np.float32)
+        if a.name == "value_floats":
+            return np.asarray(list(a.floats), np.float32)
+        if a.name == "value_int":
+            return np.asarray(a.i, np.int64)
+        if a.name == "value_ints":
+            return np.asarray(list(a.ints), np.int64)
+    raise _fail(f"Constant node {node.name or node.output[0]} has no supported value attribute "
+                "(sparse and string constants are not imported)", subject=f"node {node.name}")
+
+
+class GraphBuilder:
+    """Turns one inferred model into a Graph; holds the facts the passes share."""
+
+    def __init__(self, model: Any, opset: int) -> None:
+        from onnx import numpy_helper
+
+        self.model, self.opset = model, opset
+        g = model.graph
+        self.consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        self.types: dict[str, tuple[np.dtype | None, tuple[int, ...] | None]] = {}
+        self.onnx_types: dict[str, int] = {}
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            self._note_type(vi)
+        self.nodes = []
+        for n in g.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                self.consts[n.output[0]] = _constant_value(n)
+            else:
+                self.nodes.append(n)
+        self.inputs = [i.name for i in g.input if i.name not in self.consts]
+        self.outputs = [o.name for o in g.output]
+        self.used = {i for n in self.nodes for i in n.input if i} | set(self.outputs)
+        self.qdq: QdqResult | None = None
+
+    def _note_type(self, vi: Any) -> None:
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            return
+        dims = None
+        if t.HasField("shape"):
+            ds = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+            dims = None if any(d is None for d in ds) else tuple(int(d) for d in ds)
+        self.types[vi.name] = (onnx_to_numpy(t.elem_type) if t.elem_type else None, dims)
+        self.onnx_types[vi.name] = t.elem_type
+
+    def shape_of(self, name: str) -> tuple[int, ...] | None:
+        if name in self.consts:
+            return tuple(self.consts[name].shape)
+        return self.types.get(name, (None, None))[1]
+
+    # ------------------------------------------------------------------ build
+    def build(self) -> Graph:
+        self.qdq = fold_qdq(self.nodes, self.consts, self.types, set(self.inputs), set(self.outputs))
+        specs: list[Spec] = []
+        for i, n in enumerate(self.qdq.nodes):
+            specs.extend(self._normalise(n, i))
+        graph = Graph(self.model.graph.name or "onnx_model")
+        graph.onnx_opset = self.opset  # the model's default-domain opset, for tools that care
+        values: dict[str, Value] = {}
+        inputs = [self._value(graph, values, name) for name in self.inputs]
+        for s in specs:
+            operands = [self._value(graph, values, x) if x else None for x in s.inputs]
+            while operands and operands[-1] is None:
+                operands.pop()
+            results = [self._value(graph, values, o, produced=True) for o in s.outputs]
+            graph.add_op(graph.fresh_op_name(s.name), f"onnx.{s.op}", operands, results, s.attrs)
+        outputs = [self._value(graph, values, o) for o in self.outputs]
+        graph.set_io(inputs, outputs)
+        return graph
+
+    def _value(self, graph: Graph, values: dict[str, Value], name: str, produced: bool = False) -> Value:
+        assert self.qdq is not None
+        name = self.qdq.resolve(name)
+        v = values.get(name)
+        if v is not None:
+            return v
+        if name in self.qdq.quant_consts:
+            data, quant = self.qdq.quant_consts[name]
+            v = graph.add_value(name, data.dtype, data.shape, quant=quant, data=data)
+        elif name in self.consts and not produced:
+            data = narrow_ints(np.asarray(self.consts[name]))
+            if graph_dtype(data.dtype) is None:
+                raise _fail(f"constant {name} has dtype {data.dtype}, which qlower does not import",
+                            subject=f"tensor {name}")
+            v = graph.add_value(name, data.dtype, data.shape, data=data)
+        else:
+            dtype, shape = self.types.get(name, (None, None))
+            enc = self.qdq.encodings.get(name)
+            if enc is not None:
+                dtype = enc[0]
+            elif dtype is None and name not in self.types and not produced:
+                raise _fail(f"tensor {name} is used but neither produced, a graph input nor an initializer",
+                            subject=f"tensor {name}")
+            gd = graph_dtype(dtype) if dtype is not None else np.dtype(np.float32)
+            if gd is None:
+                from onnx import TensorProto
+
+                kind = TensorProto.DataType.Name(self.onnx_types.get(name, 0))
+                raise _fail(f"tensor {name} has ONNX type {kind}, which qlower does not import",
+                            subject=f"tensor {name}")
+            v = graph.add_value(name, gd, shape, quant=enc[1] if enc is not None else None)
+        values[name] = v
+        return v
+
+    # -------------------------------------------------------------- normalise
+    def _schema(self, op: str, opset: int):
+        from onnx import defs
+
+        try:
+            return defs.get_schema(op, opset, "")
+        except Exception:
+            return None
+
+    def _normalise(self, n: Any, index: int) -> list[Spec]:
+        op = n.op_type
+        name = n.name or f"{op.lower()}_{index}"
+        schema = self._schema(op, self.opset)
+        if schema is None:
+            raise _fail(f"node {name}: {op} is not an ONNX op at opset {self.opset}", subject=f"node {name}")
+        attrs = {_RENAMED.get((op, a.name), a.name): _attr_value(a) for a in n.attribute}
+        outputs = self._outputs(n, schema, name)
+        inputs = list(n.input)
+        if op in ("Shape", "Size") and self.shape_of(inputs[0]) is not None:
+            shape = self.shape_of(inputs[0])
+            if op == "Size":
+                self.consts[outputs[0]] = np.asarray(math.prod(shape), np.int64)
+            else:
+                r = len(shape)
+                start, end = attrs.get("start", 0), attrs.get("end", r)
+                self.consts[outputs[0]] = np.asarray(shape[slice(start, end)], np.int64)
+            return []
+        if op == "Cast":
+            to = graph_dtype(onnx_to_numpy(int(attrs["to"])))
+            if to is None:
+                raise _fail(f"node {name}: Cast to ONNX type {attrs['to']} is not supported", subject=f"node {name}")
+            attrs["to"] = to.name
+        if op == "Upsample" or (op == "Resize" and self.opset < 11):
+            return [self._upsample(n, name, inputs, outputs, attrs)]
+        if op in _SOFTMAX_LIKE and self.opset < 13:
+            return self._legacy_softmax(name, op, inputs, outputs, attrs)
+        if op == "Concat" and "axis" not in attrs:
+            attrs["axis"] = 1  # Concat-1's default
+        return [Spec(op, inputs, outputs, self._keep_known(op, attrs), name)]
+
+    def _keep_known(self, op: str, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Drop attributes the current schema no longer has (consumed_inputs, broadcast, is_test, ...)."""
+        schema = self._schema(op, EVAL_OPSET) or self._schema(op, 10 ** 4)
+        if schema is None:
+            return attrs
+        params = {p.attr for p in PARAM_INPUTS.get(op, ())}
+        return {k: v for k, v in attrs.items() if k in schema.attributes or k in params}
+
+    def _outputs(self, n: Any, schema: Any, name: str) -> list[str]:
+        """Output names with unused optional trailing outputs dropped; gaps get placeholder names."""
+        from onnx.defs import OpSchema
+
+        outs = list(n.output)
+
+        def optional(i: int) -> bool:
+            if i >= len(schema.outputs):
+                return False
+            return schema.outputs[i].option == OpSchema.FormalParameterOption.Optional
+
+        while len(outs) > 1 and (not outs[-1] or (optional(len(outs) - 1) and outs[-1] not in self.used)):
+            outs.pop()
+        return [o or f"{name}.unused_{i}" for i, o in enumerate(outs)]
+
+    def _upsample(self, n: Any, name: str, inputs: list[str], outputs: list[str], attrs: dict) -> Spec:
+        """Upsample and Resize-10 interpolate asymmetrically: the same as Resize with these modes."""
+        mode = attrs.get("mode", "nearest")
+        scales = inputs[1] if len(inputs) > 1 else None
+        if scales is None and "scales" in attrs:
+            scales = f"{name}.scales"
+            self.consts[scales] = np.asarray(attrs["scales"], np.float32)
+        new = {"mode": "linear" if mode in ("linear", "bilinear") else mode,
+               "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+        return Spec("Resize", [inputs[0], "", scales or ""], outputs, new, name)
+
+    def _legacy_softmax(self, name: str, op: str, inputs: list[str], outputs: list[str],
+                        attrs: dict) -> list[Spec]:
+        """Before opset 13 softmax ran over the input flattened to 2-D at `axis` (default 1)."""
+        shape = self.shape_of(inputs[0])
+        if shape is None:
+            raise _fail(f"node {name}: {op} before opset 13 needs a static input shape", subject=f"node {name}")
+        r = len(shape)
+        axis = int(attrs.get("axis", 1))
+        axis = axis + r if axis < 0 else axis
+        if axis == r - 1:
+            return [Spec(op, inputs, outputs, {"axis": -1}, name)]
+        flat = [math.prod(shape[:axis]), math.prod(shape[axis:])]
+        x2, y2 = f"{name}.flat_in", f"{name}.flat_out"
+        dtype = self.types.get(inputs[0], (np.dtype(np.float32), None))[0]
+        self.types[x2] = (dtype, tuple(flat))
+        self.types[y2] = (dtype, tuple(flat))
+        return [Spec("Reshape", [inputs[0]], [x2], {"shape": flat}, f"{name}.flatten"),
+                Spec(op, [x2], [y2], {"axis": -1}, name),
+                Spec("Reshape", [y2], outputs, {"shape": list(shape)}, f"{name}.unflatten")]
+
+    # ------------------------------------------------------------ after fold
+    def promote_params(self, graph: Graph) -> None:
+        """Constant parameter inputs → attributes (see PARAM_INPUTS)."""
+        for op in list(graph.ops):
+            params = PARAM_INPUTS.get(op.type[5:], ()) if op.type.startswith("onnx.") else ()
+            for p in params:
+                v = op.operands[p.index] if p.index < len(op.operands) else None
+                if v is None or v.data is None or v.quant is not None:
+                    continue
+                op.attrs[p.attr] = _as_attr(v.data, p.kind)
+                graph.set_operand(op, p.index, None)
+                if not v.users and not v.is_output:
+                    graph.remove_value(v)
+
+    def check_shapes(self, graph: Graph) -> None:
+        missing = [v for v in graph.values if v.shape is None and (v.users or v.is_output or v.is_input)]
+        if missing:
+            names = ", ".join(f"{v.name} (from {v.producer.type})" if v.producer else v.name for v in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise _fail(f"no static shape for tensor {names}{more} after ONNX shape inference",
+                        subject=f"tensor {missing[0].name}",
+                        hint="QNN graphs are static: pass input_shapes for symbolic inputs, or export with "
+                             "fixed shapes")
+
+
+def _as_attr(data: np.ndarray, kind: str) -> Any:
+    flat = np.asarray(data).ravel()
+    if kind == "ints":
+        return [int(x) for x in flat]
+    if kind == "floats":
+        return [float(x) for x in flat]
+    if kind in ("int", "int1"):
+        return int(flat[0])
+    x = flat[0]
+    return float(x) if np.asarray(x).dtype.kind == "f" else int(x)

@@ -1,0 +1,140 @@
+"""The ONNX frontend: an ONNX model → a graph in the `onnx` dialect (optional extra `qlower[onnx]`).
+
+Every node of the default domain becomes an op `onnx.<OpType>` with its
+attributes (ONNX defaults are left to the op declarations in
+`patterns/onnx/ops.qpat`). The importer then normalises what differs between
+opsets, so rules see one form whatever opset the model was written for:
+
+* constant *parameter inputs* (Reshape's shape, Slice's starts/ends/axes/steps,
+  Reduce axes, Split sizes, Squeeze/Unsqueeze axes, Clip min/max, Pad's pads,
+  TopK's k, CumSum's axis, Resize's roi/scales/sizes, ...) become attributes of
+  the same name, as older opsets had them (`PARAM_INPUTS` in
+  `qlower/reference/onnx_kernels.py`); non-constant ones stay operands;
+* Softmax/LogSoftmax before opset 13 (softmax over the flattened trailing
+  dims) become Reshape → Softmax(axis -1) → Reshape; Upsample becomes Resize;
+  Pad-2's `paddings`/`value` are renamed; Cast's `to` is a dtype name;
+* unused optional outputs (MaxPool's indices, Dropout's mask, ...) are dropped.
+
+The model's default-domain opset is kept on the graph as `graph.onnx_opset`.
+
+Tensors: shapes and dtypes come from ONNX shape inference; initializers and
+Constant nodes become constants; int64 becomes int32 (QNN has no int64
+compute); Shape/Size of statically shaped tensors become constants; empty
+optional inputs are absent operands. QDQ pairs are folded into encodings
+(`onnx_qdq`). Finally everything computable from constants is folded with
+the onnx reference kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qlower.diagnostics import QlowerError, error
+from qlower.graph.core import Graph
+from qlower.graph.types import Quant
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise QlowerError(error("the ONNX frontend needs the onnx package", hint="pip install 'qlower[onnx]'",
+                                code="frontend")) from None
+    return onnx
+
+
+def _fail(message: str, subject: str | None = None, hint: str | None = None) -> QlowerError:
+    return QlowerError(error(message, subject=subject, hint=hint, code="onnx-import"))
+
+
+def read_model(source: str | Path | Any) -> Any:
+    """A ModelProto from a path (or the proto itself); unreadable files are a QlowerError."""
+    onnx = _onnx()
+    if isinstance(source, onnx.ModelProto):
+        return source
+    path = Path(source)
+    try:
+        return onnx.load(str(path))
+    except FileNotFoundError:
+        raise _fail(f"no such file: {path}") from None
+    except Exception as exc:  # protobuf decode errors and friends
+        raise _fail(f"cannot read {path} as an ONNX model: {type(exc).__name__}: {exc}") from None
+
+
+def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+              fold: bool = True) -> Graph:
+    """Import an ONNX model (path or ModelProto) as an onnx-dialect Graph.
+
+    `input_shapes` fixes graph inputs whose shapes are symbolic (QNN graphs are static).
+    """
+    from qlower.frontends.onnx_build import GraphBuilder
+
+    onnx = _onnx()
+    model = read_model(source)
+    opset = default_opset(model)
+    _check_nodes(model)
+    model = _with_input_shapes(model, input_shapes or {})
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # inference is best effort; missing shapes are reported below
+        inferred = model
+    builder = GraphBuilder(inferred, opset)
+    graph = builder.build()
+    if fold:
+        from qlower.frontends.fold import fold_constants
+        from qlower.reference.onnx_kernels import OnnxKernels
+
+        fold_constants(graph, {"onnx": OnnxKernels()})
+    builder.promote_params(graph)
+    builder.check_shapes(graph)
+    return graph
+
+
+def default_opset(model: Any) -> int:
+    for imp in model.opset_import:
+        if imp.domain in DEFAULT_DOMAINS:
+            return int(imp.version)
+    raise _fail("the model imports no default-domain (ai.onnx) opset")
+
+
+def _check_nodes(model: Any) -> None:
+    """Only default-domain ops without subgraphs are imported; say which node is not."""
+    from onnx import AttributeProto
+
+    for i, n in enumerate(model.graph.node):
+        who = f"node {n.name or f'#{i}'} ({(n.domain + '.') if n.domain else ''}{n.op_type})"
+        if n.domain not in DEFAULT_DOMAINS:
+            raise _fail(f"{who} is in domain {n.domain!r}; only the default ONNX domain is imported",
+                        subject=who, hint="export without contrib ops, or add a plugin frontend for the domain")
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in n.attribute):
+            raise _fail(f"{who} has a subgraph; control flow (If/Loop/Scan) is not imported", subject=who)
+
+
+def _with_input_shapes(model: Any, shapes: Mapping[str, Sequence[int]]) -> Any:
+    if not shapes:
+        return model
+    onnx = _onnx()
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    known = {i.name for i in model.graph.input}
+    for name in shapes:
+        if name not in known:
+            raise _fail(f"input_shapes names {name!r}, which is not a graph input",
+                        hint=f"graph inputs: {', '.join(sorted(known))}")
+    for inp in model.graph.input:
+        if inp.name in shapes:
+            dims = inp.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[inp.name]:
+                dims.add().dim_value = int(d)
+    return model
+
+
+def quant_of(encodings: Mapping[str, tuple[np.dtype, Quant]], name: str) -> Quant | None:
+    got = encodings.get(name)
+    return None if got is None else got[1]

@@ -1,0 +1,278 @@
+"""Source semantics of the `onnx` dialect: ONNX's own reference evaluator, one node at a time.
+
+qlower does not reimplement ONNX operators. Each kernel call builds (or reuses)
+a one-node ONNX model and runs it with `onnx.reference.ReferenceEvaluator`,
+so rule tests and whole-graph checks compare against the semantics ONNX
+itself publishes.
+
+Two conventions connect the evaluator to qlower's kernel contract:
+
+* The onnx dialect keeps constant *parameter inputs* (Reshape's shape,
+  Slice's starts..., Reduce axes, Clip min/max, ...) as attributes, whatever
+  opset the model used (see `PARAM_INPUTS`). The kernel turns them back into
+  inputs of the opset it evaluates at.
+* Like every source dialect, kernels compute on real values: quantized
+  operands arrive dequantized, and a result with an encoding is returned as
+  real float32. QuantizeLinear with an encoded result therefore returns
+  dequantize(quantize(x)), and DequantizeLinear of an already-real operand is
+  the identity. int64 results come back as int32 (qlower's onnx graphs hold
+  no int64, QNN computes none).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+import numpy as np
+
+from qlower.reference.spec import Kernel, KernelError, OutSpec
+
+# The opset kernels evaluate at (ops introduced later use their own first version).
+EVAL_OPSET = 21
+
+
+@attrs.frozen
+class ParamInput:
+    """An ONNX input that qlower's onnx dialect carries as an attribute when it is constant."""
+
+    index: int  # input position in the ONNX schema
+    attr: str  # attribute name in the onnx dialect
+    kind: str  # "ints" (int64 1-D), "int" (int64 scalar), "int1" (int64 [1]), "floats", "like0" (scalar of input 0's dtype)
+    since: int  # first opset in which ONNX takes it as an input (before: an attribute of the same name)
+
+
+def _p(index: int, attr: str, kind: str, since: int) -> ParamInput:
+    return ParamInput(index, attr, kind, since)
+
+
+_REDUCE_18 = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+              "ReduceProd", "ReduceSumSquare")
+
+PARAM_INPUTS: Mapping[str, tuple[ParamInput, ...]] = MappingProxyType({
+    "Reshape": (_p(1, "shape", "ints", 5),),
+    "Expand": (_p(1, "shape", "ints", 1),),
+    "Tile": (_p(1, "repeats", "ints", 1),),
+    "Slice": (_p(1, "starts", "ints", 10), _p(2, "ends", "ints", 10), _p(3, "axes", "ints", 10),
+              _p(4, "steps", "ints", 10)),
+    "Split": (_p(1, "split", "ints", 13),),
+    "Squeeze": (_p(1, "axes", "ints", 13),),
+    "Unsqueeze": (_p(1, "axes", "ints", 13),),
+    "ReduceSum": (_p(1, "axes", "ints", 13),),
+    **{name: (_p(1, "axes", "ints", 18),) for name in _REDUCE_18},
+    "Clip": (_p(1, "min", "like0", 11), _p(2, "max", "like0", 11)),
+    "Pad": (_p(1, "pads", "ints", 11), _p(2, "constant_value", "like0", 11), _p(3, "axes", "ints", 18)),
+    "TopK": (_p(1, "k", "int1", 10),),
+    "CumSum": (_p(1, "axis", "int", 1),),
+    "Resize": (_p(1, "roi", "floats", 11), _p(2, "scales", "floats", 10), _p(3, "sizes", "ints", 11)),
+    "STFT": (_p(1, "frame_step", "int", 1), _p(3, "frame_length", "int", 1)),
+})
+
+_ONNX_FLOAT = {"float16", "float32", "float64", "bfloat16"}
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, np.ndarray):
+        return (v.dtype.str, v.shape, v.tobytes())
+    return v
+
+
+def _param_array(p: ParamInput, value: Any, first: np.ndarray | None) -> np.ndarray:
+    if p.kind == "ints":
+        return np.asarray(value, dtype=np.int64).reshape(-1)
+    if p.kind == "int":
+        return np.asarray(int(value), dtype=np.int64)
+    if p.kind == "int1":
+        return np.asarray([int(value)], dtype=np.int64)
+    if p.kind == "floats":
+        return np.asarray(value, dtype=np.float32).reshape(-1)
+    dtype = first.dtype if first is not None else np.dtype(np.float32)
+    return np.asarray(value, dtype=dtype)
+
+
+class OnnxKernels(Mapping[str, Kernel]):
+    """op name → kernel for every default-domain ONNX op; evaluators are built lazily and cached.
+
+    The cache is bounded (least recently used evicted) and belongs to this
+    object, so separate users never share state.
+    """
+
+    def __init__(self, cache_size: int = 512) -> None:
+        self._cache_size = cache_size
+        self._cache: OrderedDict[tuple, Any] = OrderedDict()
+        self._names: tuple[str, ...] | None = None
+        self._kernels: dict[str, Kernel] = {}
+
+    # ------------------------------------------------------------- mapping
+    def _all_names(self) -> tuple[str, ...]:
+        if self._names is None:
+            from onnx import defs
+
+            self._names = tuple(sorted({s.name for s in defs.get_all_schemas_with_history()
+                                        if s.domain in ("", "ai.onnx")}))
+        return self._names
+
+    def __getitem__(self, op: str) -> Kernel:
+        k = self._kernels.get(op)
+        if k is None:
+            if op not in self._all_names():
+                raise KeyError(op)
+
+            def k(inputs, attrs, outs, _op=op):
+                return self.run(_op, inputs, attrs, outs)
+            self._kernels[op] = k
+        return k
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all_names())
+
+    def __len__(self) -> int:
+        return len(self._all_names())
+
+    def __contains__(self, op: object) -> bool:
+        return isinstance(op, str) and op in self._all_names()
+
+    # ------------------------------------------------------------- running
+    def run(self, op: str, inputs: Sequence[np.ndarray | None], attrs: Mapping[str, Any],
+            outs: Sequence[OutSpec]) -> list[np.ndarray]:
+        """Evaluate one onnx-dialect op on real-valued inputs."""
+        args = [None if x is None else np.asarray(x) for x in inputs]
+        if op == "DequantizeLinear" and args and args[0] is not None and args[0].dtype.kind == "f":
+            return [np.asarray(args[0], np.float32)]  # already real: the operand carried the encoding
+        attrs = dict(attrs)
+        for p in PARAM_INPUTS.get(op, ()):
+            value = attrs.pop(p.attr, None)
+            has_operand = p.index < len(args) and args[p.index] is not None
+            if value is None or has_operand or (isinstance(value, (list, tuple)) and not value):
+                continue  # absent, given as an operand, or an empty list (ONNX's "absent")
+            while len(args) <= p.index:
+                args.append(None)
+            args[p.index] = _param_array(p, value, args[0] if args else None)
+        while args and args[-1] is None:
+            args.pop()
+        n_out = max(len(outs), 1)
+        sess, names = self._session(op, attrs, args, n_out)
+        feeds = {name: a for name, a in zip(names, args) if name}
+        try:
+            results = sess.run(None, feeds)
+        except KernelError:
+            raise
+        except Exception as exc:  # the evaluator rejects bad inputs with assorted exception types
+            raise KernelError(f"onnx.{op}: {type(exc).__name__}: {exc}") from None
+        out = []
+        for i, r in enumerate(results[:len(outs)] if outs else results):
+            out.append(_to_result(np.asarray(r), outs[i] if i < len(outs) else None))
+        if op == "QuantizeLinear" and outs and outs[0].encoding is not None:
+            out[0] = self._dequantized(args, attrs, out[0], np.asarray(results[0]))
+        return out
+
+    def _dequantized(self, args: list, attrs: Mapping[str, Any], _fallback: np.ndarray,
+                     q: np.ndarray) -> np.ndarray:
+        """QuantizeLinear whose result carries an encoding: its real value is DQ(Q(x))."""
+        dq_args = [q] + args[1:3]
+        dq_attrs = {k: v for k, v in attrs.items() if k in ("axis", "block_size")}
+        sess, names = self._session("DequantizeLinear", dq_attrs, dq_args, 1)
+        feeds = {name: a for name, a in zip(names, dq_args) if name}
+        return np.asarray(sess.run(None, feeds)[0], np.float32)
+
+    def _session(self, op: str, attrs: Mapping[str, Any], args: Sequence[np.ndarray | None], n_out: int):
+        sig = tuple(None if a is None else (a.dtype.str, a.ndim) for a in args)
+        key = (op, tuple(sorted((k, _freeze(v)) for k, v in attrs.items())), sig, n_out)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        built = _build(op, attrs, args, n_out)
+        self._cache[key] = built
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return built
+
+
+def _to_result(r: np.ndarray, spec: OutSpec | None) -> np.ndarray:
+    if spec is not None and spec.encoding is not None:
+        return r.astype(np.float32)
+    if r.dtype == np.int64:
+        r = r.astype(np.int32)
+    elif r.dtype == np.uint64:
+        r = r.astype(np.uint32)
+    if spec is not None and spec.shape is not None and r.dtype != spec.dtype and r.dtype.kind != "O":
+        r = r.astype(spec.dtype)
+    return r
+
+
+def _opset_for(op: str) -> int:
+    from onnx import defs
+
+    try:
+        defs.get_schema(op, EVAL_OPSET, "")
+        return EVAL_OPSET
+    except Exception:
+        return defs.onnx_opset_version()
+
+
+def _attribute(schema: Any, name: str, value: Any):
+    """An AttributeProto of the schema's declared type (qlower stores dtypes by name, bools as ints)."""
+    from onnx import AttributeProto, helper
+
+    from qlower.frontends.onnx_types import dtype_to_onnx
+
+    decl = schema.attributes.get(name) if schema is not None else None
+    kind = decl.type if decl is not None else None
+    if kind == AttributeProto.INT:
+        if isinstance(value, str):
+            value = dtype_to_onnx(value)
+        return helper.make_attribute(name, int(value))
+    if kind == AttributeProto.FLOAT:
+        return helper.make_attribute(name, float(value))
+    if kind == AttributeProto.INTS:
+        return helper.make_attribute(name, [int(v) for v in value], attr_type=AttributeProto.INTS)
+    if kind == AttributeProto.FLOATS:
+        return helper.make_attribute(name, [float(v) for v in value], attr_type=AttributeProto.FLOATS)
+    if kind == AttributeProto.STRINGS:
+        return helper.make_attribute(name, [str(v) for v in value], attr_type=AttributeProto.STRINGS)
+    if kind == AttributeProto.TENSOR:
+        return helper.make_attribute(name, _tensor(np.asarray(value)))
+    if isinstance(value, bool):
+        value = int(value)
+    return helper.make_attribute(name, value)
+
+
+def _tensor(a: np.ndarray):
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(a)
+
+
+def _build(op: str, attrs: Mapping[str, Any], args: Sequence[np.ndarray | None], n_out: int):
+    """A ReferenceEvaluator over a one-node model, and the input names to feed."""
+    from onnx import TensorProto, defs, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from qlower.frontends.onnx_types import numpy_to_onnx
+
+    opset = _opset_for(op)
+    try:
+        schema = defs.get_schema(op, opset, "")
+    except Exception:
+        raise KernelError(f"onnx.{op} is not a default-domain ONNX op") from None
+    names = [f"in{i}" if a is not None else "" for i, a in enumerate(args)]
+    node = helper.make_node(op, names, [f"out{i}" for i in range(n_out)])
+    for k, v in attrs.items():
+        if k.startswith("_") or v is None or (isinstance(v, (list, tuple)) and not len(v)):
+            continue
+        node.attribute.append(_attribute(schema, k, v))
+    inputs = [helper.make_tensor_value_info(n, numpy_to_onnx(a.dtype), [None] * a.ndim)
+              for n, a in zip(names, args) if a is not None]
+    outputs = [helper.make_tensor_value_info(f"out{i}", TensorProto.UNDEFINED, None) for i in range(n_out)]
+    graph = helper.make_graph([node], f"qlower_{op}", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        return ReferenceEvaluator(model), names
+    except Exception as exc:
+        raise KernelError(f"onnx.{op}: cannot build the reference evaluator: {exc}") from None
