@@ -9,6 +9,7 @@ conflict and never silently resolved.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -71,6 +72,14 @@ def builtin_plugin() -> Plugin:
     patterns = _resources.data_dir("patterns")
     packs = {p.name: p for p in sorted(patterns.iterdir()) if p.is_dir()} if patterns.is_dir() else {}
     kernels: dict[str, Mapping[str, Kernel]] = {"mllm": MLLM_KERNELS}
+    if importlib.util.find_spec("onnx") is not None:  # the optional extra qlower[onnx]
+        from qlower.reference.onnx_kernels import OnnxKernels
+
+        kernels["onnx"] = OnnxKernels()
+    if "aten" in packs:  # ATen's own semantics; torch (qlower[torch]) is imported only when a kernel runs
+        from qlower.reference.aten_kernels import AtenKernels, declared_aten_ops
+
+        kernels["aten"] = AtenKernels(declared_aten_ops(packs["aten"]))
     return Plugin("qlower", packs, ROPE_FUNCTIONS, kernels, (), builtin_frontends())
 
 

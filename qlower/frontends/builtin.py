@@ -13,5 +13,18 @@ def _json(path: Path):
     return load_graph(path)
 
 
+def _onnx(path: Path):
+    from qlower.frontends.onnx_frontend import load_onnx  # raises a clear QlowerError without onnx
+
+    return load_onnx(path)
+
+
+def _torch(path: Path):
+    from qlower.frontends.torch_frontend import load_exported  # raises a clear QlowerError without torch
+
+    return load_exported(path)
+
+
 def builtin_frontends() -> tuple[Frontend, ...]:
-    return (Frontend("json", (".json",), _json),)
+    return (Frontend("json", (".json",), _json), Frontend("onnx", (".onnx",), _onnx),
+            Frontend("torch", (".pt2",), _torch))

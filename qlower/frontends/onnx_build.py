@@ -268,6 +268,21 @@ class GraphBuilder:
                 if not v.users and not v.is_output:
                     graph.remove_value(v)
 
+    def infer_missing(self, graph: Graph) -> None:
+        """Shapes inference left open (e.g. behind folded constants), from one-node inference."""
+        from qlower.reference.onnx_kernels import infer_shapes
+
+        for op in graph.topo_order():
+            if not op.type.startswith("onnx.") or all(r.shape is not None for r in op.results):
+                continue
+            if any(v is not None and v.shape is None for v in op.operands):
+                continue
+            operands = [None if v is None else v.data if v.data is not None and v.quant is None
+                        else (np.float32 if v.quant is not None else v.dtype, v.shape) for v in op.operands]
+            for r, got in zip(op.results, infer_shapes(op.type[5:], op.attrs, operands, len(op.results))):
+                if r.shape is None and got is not None:
+                    r.shape = got[1]
+
     def check_shapes(self, graph: Graph) -> None:
         missing = [v for v in graph.values if v.shape is None and (v.users or v.is_output or v.is_input)]
         if missing:

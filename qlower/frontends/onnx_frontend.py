@@ -35,7 +35,6 @@ import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph
-from qlower.graph.types import Quant
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -92,6 +91,7 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
 
         fold_constants(graph, {"onnx": OnnxKernels()})
     builder.promote_params(graph)
+    builder.infer_missing(graph)
     builder.check_shapes(graph)
     return graph
 
@@ -133,8 +133,3 @@ def _with_input_shapes(model: Any, shapes: Mapping[str, Sequence[int]]) -> Any:
             for d in shapes[inp.name]:
                 dims.add().dim_value = int(d)
     return model
-
-
-def quant_of(encodings: Mapping[str, tuple[np.dtype, Quant]], name: str) -> Quant | None:
-    got = encodings.get(name)
-    return None if got is None else got[1]

@@ -6,8 +6,10 @@ author's words, never lark's token names.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
+import re
 from pathlib import Path
 
 import lark
@@ -18,11 +20,45 @@ from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, erro
 from qlower.lang import ast
 
 
+# The file being parsed, for the spans the builder makes; a context variable so
+# the one cached parser (with its inline builder) stays safe across threads.
+_FILE: contextvars.ContextVar[str] = contextvars.ContextVar("qpat_file", default="<string>")
+# Nesting depth of the AST nodes built so far in this parse (by id; the nodes outlive the parse).
+_DEPTH: contextvars.ContextVar[dict[int, int]] = contextvars.ContextVar("qpat_depth")
+MAX_DEPTH = 200  # deeper expressions would exhaust Python's stack in later stages
+
+try:  # optional: lark's Cython LALR/lexer (same results, about twice as fast)
+    import lark_cython
+    _PLUGINS = lark_cython.plugins
+    _TOKENS: tuple[type, ...] = (Token, lark_cython.Token)
+except ImportError:  # pragma: no cover - depends on the environment
+    _PLUGINS = {}
+    _TOKENS = (Token,)
+
+
 @functools.cache
 def _parser() -> Lark:
+    """The parser, built once: tokens are kept so spans come from them (cheaper than lark's
+    position propagation), and the AST is built during parsing (no intermediate tree)."""
     grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
-    return Lark(grammar, parser="lalr", lexer="contextual", strict=True,
-                propagate_positions=True, maybe_placeholders=True)
+    return Lark(grammar, parser="lalr", lexer="contextual", strict=True, keep_all_tokens=True,
+                maybe_placeholders=True, transformer=_Builder(), _plugins=_PLUGINS)
+
+
+@functools.cache
+def _anonymous() -> frozenset[str]:
+    """Terminals the grammar writes inline (keywords, punctuation): not values the builder needs."""
+    grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
+    defined = set(re.findall(r"(?m)^([A-Z_][A-Z0-9_]*)(?:\.\d+)?\s*:", grammar))
+    return frozenset(t.name for t in _diagnosis_parser().terminals if t.name not in defined)
+
+
+@functools.cache
+def _diagnosis_parser() -> Lark:
+    """A tree-building twin of the parser, used only to describe syntax errors (its
+    error objects carry the expected-token sets and the parser state)."""
+    grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
+    return Lark(grammar, parser="lalr", lexer="contextual", strict=True, maybe_placeholders=True)
 
 
 def parse(text: str, file: str = "<string>") -> ast.Module:
@@ -33,11 +69,13 @@ def parse(text: str, file: str = "<string>") -> ast.Module:
     def keep(line: int, body: str, own_line: bool) -> None:
         comments.append(ast.Comment(line, body, own_line))
 
+    token = _FILE.set(file)
+    depth_token = _DEPTH.set({})
     try:
         tree = _parse_with_comments(text, keep)
-        items = _Builder(file).transform(tree).children
-    except lark.exceptions.UnexpectedInput as exc:
-        raise QlowerError(_syntax_diagnostic(exc, text, file)) from None
+        items = tree.children
+    except lark.exceptions.UnexpectedInput:
+        raise QlowerError(_describe_error(text, file)) from None
     except lark.exceptions.VisitError as exc:
         # A bad literal (string escape, oversized integer) found while building the tree.
         if isinstance(exc.orig_exc, QlowerError):
@@ -47,7 +85,18 @@ def parse(text: str, file: str = "<string>") -> ast.Module:
         raise
     except RecursionError:
         raise QlowerError(_too_deep(file)) from None
+    finally:
+        _FILE.reset(token)
+        _DEPTH.reset(depth_token)
     return _attach_docs(ast.Module(file, tuple(items), tuple(comments)))
+
+
+def _describe_error(text: str, file: str) -> Diagnostic:
+    try:
+        _diagnosis_parser().parse(text)
+    except lark.exceptions.UnexpectedInput as exc:
+        return _syntax_diagnostic(exc, text, file)
+    return error("syntax error", span=Span(file, 1, 1, 1, 2), code="syntax")  # pragma: no cover
 
 
 def _too_deep(file: str) -> Diagnostic:
@@ -239,7 +288,7 @@ def _unquote(tok: Token, file: str) -> str:
     """A STRING token's text; a bad escape is a located syntax error."""
     try:
         # strict=False: raw tabs and other control characters are allowed inside strings.
-        return json.loads(tok, strict=False)
+        return json.loads(str(tok), strict=False)
     except ValueError as exc:
         msg = getattr(exc, "msg", str(exc))
         raise QlowerError(error(f"bad string literal: {msg.lower()}", span=_token_span(file, tok),
@@ -262,27 +311,106 @@ def _token_span(file: str, tok: Token) -> Span:
     return Span(file, line, col, tok.end_line or line, tok.end_column or col + 1)
 
 
-@v_args(meta=True)
+class _Name(str):
+    """A dotted name (`mllm.Repeat`) that remembers where it was written, so nodes
+    starting with one get their span; it is a plain string in every other respect."""
+
+    def __new__(cls, text: str, span: Span) -> _Name:
+        self = super().__new__(cls, text)
+        self.span = span
+        return self
+
+    def __reduce__(self):
+        return str, (str(self),)
+
+
+def _first(x):
+    """(line, column) where the first token under x starts, or None."""
+    if x is None:
+        return None
+    if isinstance(x, _TOKENS):
+        return x.line, x.column
+    if isinstance(x, Span):
+        return x.line, x.column
+    span = getattr(x, "span", None)
+    if span is not None:
+        return span.line, span.column
+    items = x.items if isinstance(x, (_Params, _Props)) else x if isinstance(x, (list, tuple)) else ()
+    for y in items:
+        r = _first(y)
+        if r is not None:
+            return r
+    return None
+
+
+def _last(x):
+    """(end_line, end_column) where the last token under x ends, or None."""
+    if x is None:
+        return None
+    if isinstance(x, _TOKENS):
+        return x.end_line, x.end_column
+    if isinstance(x, Span):
+        return x.end_line, x.end_column
+    span = getattr(x, "span", None)
+    if span is not None:
+        return span.end_line, span.end_column
+    items = x.items if isinstance(x, (_Params, _Props)) else x if isinstance(x, (list, tuple)) else ()
+    for y in reversed(items):
+        r = _last(y)
+        if r is not None:
+            return r
+    return None
+
+
+def _with_span(f, data, children, meta):
+    """Give each builder method the node's span (from all its tokens, punctuation and
+    keywords included) and its children without the anonymous tokens."""
+    first = _first(children)
+    last = _last(children)
+    file = _FILE.get()
+    span = Span(file, first[0], first[1], last[0], last[1]) if first and last else Span(file, 1, 1, 1, 2)
+    anon = _anonymous()
+    kept = [c for c in children if not (isinstance(c, _TOKENS) and c.type in anon)]
+    depths = _DEPTH.get()
+    d = 0
+    for c in kept:
+        dc = depths.get(id(c), 0)
+        if dc > d:
+            d = dc
+    result = f(span, kept)
+    if hasattr(result, "span"):
+        if d >= MAX_DEPTH:
+            raise QlowerError(error(f"expression is nested too deeply (more than {MAX_DEPTH} levels)", span=span,
+                                    code="syntax"))
+        depths[id(result)] = d + 1
+    return result
+
+
+@v_args(wrapper=_with_span)
 class _Builder(Transformer):
-    def __init__(self, file: str) -> None:
-        super().__init__()
-        self.file = file
+
+    @property
+    def file(self) -> str:
+        return _FILE.get()
 
     def _s(self, meta) -> Span:
-        return _span_of(self.file, meta)
+        return meta
+
+    def atom(self, meta, ch):
+        return ch[0]  # a parenthesised expression
 
     # modules
     def import_decl(self, meta, ch):
         (t,) = ch
-        if isinstance(t, Token) and t.type == "STRING":
+        if isinstance(t, _TOKENS) and t.type == "STRING":
             return ast.Import(_unquote(t, self.file), True, span=self._s(meta))
         return ast.Import(t, False, span=self._s(meta))
 
     def dotted(self, meta, ch):
-        return ".".join(map(str, ch))
+        return _Name(".".join(map(str, ch)), meta)
 
     def qname(self, meta, ch):
-        return f"{ch[0]}.{ch[1]}"
+        return _Name(f"{ch[0]}.{ch[1]}", meta)
 
     # declarations
     def op_decl(self, meta, ch):
@@ -311,16 +439,20 @@ class _Builder(Transformer):
         return ast.ResultDecl(str(ch[0]), ch[1] is not None, span=self._s(meta))
 
     def op_flag(self, meta, ch):
-        return "commutative"
+        return _Name("commutative", meta)
 
     def attr_decls(self, meta, ch):
         return [c for c in ch if c is not None]
 
+    # An optional group holding a keyword (`["=" expr]`) leaves one placeholder per kept
+    # token when absent, so these read their optional parts by kind, not by position.
     def attr_decl(self, meta, ch):
-        return ast.AttrDecl(str(ch[0]), ch[1], ch[2], span=self._s(meta))
+        default = next((c for c in ch[2:] if c is not None), None)
+        return ast.AttrDecl(str(ch[0]), ch[1], default, span=self._s(meta))
 
     def type_ref(self, meta, ch):
-        return ast.TypeRef(str(ch[0]), ch[1], span=self._s(meta))
+        arg = next((c for c in ch[1:] if isinstance(c, ast.TypeRef)), None)
+        return ast.TypeRef(str(ch[0]), arg, span=self._s(meta))
 
     # rules
     def rule_decl(self, meta, ch):
@@ -383,13 +515,15 @@ class _Builder(Transformer):
         return tuple(ch)
 
     def pattern_flag(self, meta, ch):
-        return str(ch[0])
+        return _Name(str(ch[0]), meta)
 
     def capture(self, meta, ch):
-        return ast.Capture(str(ch[0]), ch[1], span=self._s(meta))
+        vt = next((c for c in ch[1:] if isinstance(c, ast.ValueType)), None)
+        return ast.Capture(str(ch[0]), vt, span=self._s(meta))
 
     def wildcard(self, meta, ch):
-        return ast.Wildcard(ch[0], span=self._s(meta))
+        vt = next((c for c in ch if isinstance(c, ast.ValueType)), None)
+        return ast.Wildcard(vt, span=self._s(meta))
 
     def rest_capture(self, meta, ch):
         return ast.RestCapture(str(ch[0]), span=self._s(meta))
@@ -406,9 +540,9 @@ class _Builder(Transformer):
     def value_type(self, meta, ch):
         const, dtype, shape = False, None, None
         for c in ch:
-            if isinstance(c, Token) and c.type == "CONST":
+            if isinstance(c, _TOKENS) and c.type == "CONST":
                 const = True
-            elif isinstance(c, Token):
+            elif isinstance(c, _TOKENS):
                 dtype = str(c)
             elif isinstance(c, tuple):
                 shape = c
@@ -433,17 +567,17 @@ class _Builder(Transformer):
         return [c for c in ch if c is not None]
 
     def attr_pat(self, meta, ch):
-        kind, value = ch[1]
+        kind, value, _where = ch[1]
         return ast.AttrPat(str(ch[0]), kind, value, span=self._s(meta))
 
     def attr_capture(self, meta, ch):
-        return ("capture", str(ch[0]))
+        return ("capture", str(ch[0]), meta)
 
     def attr_any(self, meta, ch):
-        return ("any", None)
+        return ("any", None, meta)
 
     def attr_literal(self, meta, ch):
-        return ("literal", ch[0])
+        return ("literal", ch[0], meta)
 
     def attr_lit(self, meta, ch):
         c = ch[0]
@@ -468,7 +602,7 @@ class _Builder(Transformer):
         return ast.Emit(tuple(ch), block, span=self._s(meta))
 
     def emit_item(self, meta, ch):
-        binders, (kind, payload) = ch
+        binders, (kind, payload, _where) = ch
         s = self._s(meta)
         if kind == "op":
             op, args, params, props = payload
@@ -493,14 +627,14 @@ class _Builder(Transformer):
                 params = c.items
             elif isinstance(c, _Props):
                 props = c.items
-        return ("op", (op, tuple(args), params, props))
+        return ("op", (op, tuple(args), params, props), meta)
 
     def emit_alias(self, meta, ch):
-        return ("alias", str(ch[0]))
+        return ("alias", str(ch[0]), meta)
 
     def emit_tensor(self, meta, ch):
         props = ch[1].items if len(ch) > 1 and ch[1] is not None else ()
-        return ("tensor", (ch[0], props))
+        return ("tensor", (ch[0], props), meta)
 
     def arg_value(self, meta, ch):
         return ast.Arg("value", str(ch[0]), span=self._s(meta))
@@ -528,13 +662,14 @@ class _Builder(Transformer):
 
     # tests
     def test_decl(self, meta, ch):
-        name, rule, *rest = ch
+        names = [c for c in ch if isinstance(c, _TOKENS)]
+        name, rule = names[0], (names[1] if len(names) > 1 else None)
         backends = None
         body = []
-        for c in rest:
+        for c in ch:
             if isinstance(c, tuple) and c and c[0] == "backends":
                 backends = c[1]
-            elif c is not None:
+            elif c is not None and not isinstance(c, _TOKENS):
                 body.append(c)
         return ast.Test(str(name), tuple(body), str(rule) if rule is not None else None, backends,
                         span=self._s(meta))
@@ -546,15 +681,19 @@ class _Builder(Transformer):
         return ast.TestInput(str(ch[0]), ch[1], ch[2].items if ch[2] is not None else (), span=self._s(meta))
 
     def test_const(self, meta, ch):
-        return ast.TestConst(str(ch[0]), ch[1], ch[2], ch[3].items if ch[3] is not None else (),
-                             span=self._s(meta))
+        ch = ch[1:]  # the `const` keyword is a named terminal (value types use it too), so it is kept
+        rest = [c for c in ch[2:] if c is not None]
+        props = next((c.items for c in rest if isinstance(c, _Props)), ())
+        value = next((c for c in rest if not isinstance(c, _Props)), None)
+        return ast.TestConst(str(ch[0]), ch[1], value, props, span=self._s(meta))
 
     def tensor_type(self, meta, ch):
         return ast.TensorType(str(ch[0]), tuple(c for c in ch[1:] if c is not None), span=self._s(meta))
 
     def dim_range(self, meta, ch):
-        hi = _int(ch[1], self.file) if ch[1] is not None else None
-        return ast.DimRange(_int(ch[0], self.file), hi, span=self._s(meta))
+        ints = [c for c in ch if c is not None]
+        hi = _int(ints[1], self.file) if len(ints) > 1 else None
+        return ast.DimRange(_int(ints[0], self.file), hi, span=self._s(meta))
 
     def test_graph(self, meta, ch):
         return ast.TestGraph(tuple(ch), block=not (len(ch) == 1 and _single_line(meta)), span=self._s(meta))
@@ -647,7 +786,7 @@ class _Builder(Transformer):
         return ast.Literal(_int(ch[0], self.file), span=self._s(meta))
 
     def float_lit(self, meta, ch):
-        return ast.Literal(float(ch[0]), span=self._s(meta))
+        return ast.Literal(float(str(ch[0])), span=self._s(meta))
 
     def negative(self, meta, ch):
         lit = ch[0]
@@ -676,7 +815,7 @@ def _token_value(tok: Token, file: str):
     if tok.type == "INT":
         return _int(tok, file)
     if tok.type == "FLOAT":
-        return float(tok)
+        return float(str(tok))
     return str(tok)
 
 

@@ -1,6 +1,8 @@
 """Write a graph's three converter artifacts so that each is complete or absent.
 
-All three are rendered into temporary files in the output directory first;
+All three are streamed into temporary files in the output directory first
+(nothing proportional to the graph is held in memory: the JSON and C++ are
+written a tensor or node at a time, the tar one static tensor at a time);
 only when every one is written and flushed are they moved into place with
 `os.replace` (atomic on one filesystem). Any failure removes the temporaries
 and leaves earlier outputs untouched.
@@ -20,6 +22,7 @@ from qlower.qnn.model import QnnGraph
 from qlower.qnn.reader import load
 
 __all__ = ["artifact_names", "load", "save"]
+_BUFFER = 1 << 20  # the writers hand over chunks of about this size or small tar headers
 
 
 def artifact_names(graph_name: str) -> tuple[str, str, str]:
@@ -40,8 +43,8 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
     text_args = {"converter_command": converter_command, "copyright_str": copyright_str, "layout": layout}
     writers: list[tuple[str, Callable[[BinaryIO], None]]] = [
         (name, fn) for name, fn in zip(artifact_names(graph.name), (
-            lambda f: f.write(emit_json.dumps(graph, **text_args).encode("utf-8")),
-            lambda f: f.write(emit_cpp.render(graph, **text_args).encode("utf-8")),
+            lambda f: emit_json.write(graph, f, **text_args),
+            lambda f: emit_cpp.write(graph, f, **text_args),
             lambda f: emit_bin.write(graph, f, layout),
         ))
     ]
@@ -56,7 +59,7 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=outdir)
             temps.append((Path(tmp), outdir / name))
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary files
-            with os.fdopen(fd, "wb") as f:
+            with os.fdopen(fd, "wb", buffering=_BUFFER) as f:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())

@@ -7,6 +7,9 @@ from the framework convention (zero_point) to QNN's (offset = −zero_point).
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -71,66 +74,131 @@ def _param_datatype(pdef: Any, value: Any) -> DataType:
     return DataType.STRING
 
 
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Conversion allocates an object per tensor, op and param, all acyclic; cyclic GC passes
+    over a big graph would cost more than the conversion and free nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def to_qnn(graph: Graph, registry: Any = None) -> QnnGraph:
     """Convert; raises QlowerError if an op outside the qnn dialect is left."""
     left = [op for op in graph.ops if not op.type.startswith("qnn.")]
     if left:
         raise QlowerError([error(f"not lowered ({op.type})", subject=f"node {op.name}", code="not-lowered")
                            for op in left])
+    with _no_gc():
+        return _convert(graph, registry)
+
+
+def _convert(graph: Graph, registry: Any) -> QnnGraph:
     qg = QnnGraph(graph.name)
     tensors = qg.tensors
+    # Per-call memos: most tensors share a handful of (dtype, quantized) pairs and Quant objects,
+    # and most ops a handful of (type, attribute names) layouts.
+    datatypes: dict[tuple[np.dtype, bool], DataType] = {}
+    encodings: dict[tuple[int, np.dtype], tuple[Quant, QuantEncoding]] = {}
+    layouts: dict[tuple[str, tuple[str, ...]], list[tuple[str, Any, bool | None, DataType | None]]] = {}
+    opdefs: dict[str, Any] = {}
+    qtypes: dict[str, str] = {}
+    STATIC, NATIVE = TensorType.STATIC, TensorType.NATIVE
 
     def tensor_of(v: Value) -> str:
-        t = tensors.get(v.name)
-        if t is None:
-            if v.is_input:
-                ttype = TensorType.APP_WRITE
-            elif v.is_output:
-                ttype = TensorType.APP_READ
-            elif v.data is not None:
-                ttype = TensorType.STATIC
-            else:
-                ttype = TensorType.NATIVE
-            dims = tuple(v.shape) if v.shape else (1,)
-            data = None
-            if ttype is TensorType.STATIC:
-                data = np.asarray(v.data)
-                if data.ndim == 0:
-                    data = data.reshape(1)
-            enc = encoding_of(v.quant, v.dtype) if v.quant is not None else None
-            tensors[v.name] = QnnTensor(v.name, ttype, _datatype(v), dims, enc, data)
-        return v.name
+        name = v.name
+        if name in tensors:
+            return name
+        if v.is_input:
+            ttype = TensorType.APP_WRITE
+        elif v.is_output:
+            ttype = TensorType.APP_READ
+        elif v.data is not None:
+            ttype = STATIC
+        else:
+            ttype = NATIVE
+        dims = tuple(v.shape) if v.shape else (1,)
+        data = None
+        if ttype is STATIC:
+            data = np.asarray(v.data)
+            if data.ndim == 0:
+                data = data.reshape(1)
+        q, dtype = v.quant, v.dtype
+        enc = None
+        if q is not None:
+            # keyed by identity (the graph keeps every Quant alive for the call; the entry keeps it too)
+            hit = encodings.get((id(q), dtype))
+            if hit is None:
+                hit = encodings[(id(q), dtype)] = (q, encoding_of(q, dtype))
+            enc = hit[1]
+        dkey = (dtype, q is not None)
+        dt = datatypes.get(dkey)
+        if dt is None:
+            dt = datatypes[dkey] = _datatype(v)
+        tensors[name] = QnnTensor(name, ttype, dt, dims, enc, data)
+        return name
+
+    def layout(qtype: str, names: tuple[str, ...]) -> list[tuple[str, Any, bool | None, DataType | None]]:
+        """The params of an op in emission order (the op definition's, then by name), each with its
+        def, whether it is scalar (None: as the value says) and its fixed datatype (if any)."""
+        if qtype in opdefs:
+            opdef = opdefs[qtype]
+        else:
+            opdef = opdefs[qtype] = registry.op(qtype) if registry is not None else None
+        order = {p.name: i for i, p in enumerate(opdef.params)} if opdef is not None else {}
+        out = []
+        for n in sorted(names, key=lambda n: (order.get(n, len(order)), n)):
+            pdef = opdef.param(n) if opdef is not None else None
+            out.append((n, pdef, pdef.is_scalar if pdef is not None else None,
+                        pdef.datatype if pdef is not None else None))
+        return out
 
     for v in graph.inputs:
         tensor_of(v)
+    ops = qg.ops
     for op in graph.topo_order():
-        qtype = op.type[4:]
-        operands = list(op.operands)
-        while operands and operands[-1] is None:
-            operands.pop()
-        if any(o is None for o in operands):
+        qtype = qtypes.get(op.type)
+        if qtype is None:
+            qtype = qtypes[op.type] = op.type[4:]
+        operands = op.operands
+        if operands and operands[-1] is None:
+            operands = list(operands)
+            while operands and operands[-1] is None:
+                operands.pop()
+        if None in operands:
             raise QlowerError(error("an absent optional input is followed by a present one, which QNN cannot "
                                     "express", subject=f"node {op.name} ({op.type})", code="absent-input"))
-        inputs = [tensor_of(o) for o in operands]
-        outputs = [tensor_of(r) for r in op.results]
+        inputs = [o.name if o.name in tensors else tensor_of(o) for o in operands]
+        outputs = [r.name if r.name in tensors else tensor_of(r) for r in op.results]
         params = []
-        opdef = registry.op(qtype) if registry is not None else None
-        order = {p.name: i for i, p in enumerate(opdef.params)} if opdef is not None else {}
-        for name in sorted(op.attrs, key=lambda n: (order.get(n, len(order)), n)):
-            value = op.attrs[name]
-            pdef = opdef.param(name) if opdef is not None else None
-            scalar = pdef.is_scalar if pdef is not None else not isinstance(value, (list, tuple, np.ndarray))
-            dt = _param_datatype(pdef, value if scalar else np.asarray(value))
-            if scalar:
-                params.append(ScalarParam(name, dt, value.item() if isinstance(value, np.generic) else value))
-            else:
-                arr = np.asarray(value)
-                if arr.ndim == 0:
-                    arr = arr.reshape(1)
-                t = QnnTensor(f"{op.name}_{name}", TensorType.STATIC, dt, arr.shape, None, arr)
-                params.append(TensorParam(name, t))
-        prov = str(op.provenance) if op.provenance is not None else None
-        qg.ops.append(OpConfig(op.name, qtype, inputs, outputs, params, provenance=prov))
+        op_attrs = op.attrs
+        if op_attrs:
+            names = tuple(op_attrs)
+            lkey = (qtype, names)
+            plan = layouts.get(lkey)
+            if plan is None:
+                plan = layouts[lkey] = layout(qtype, names)
+            for name, pdef, scalar, fixed in plan:
+                value = op_attrs[name]
+                if scalar is None:
+                    scalar = not isinstance(value, (list, tuple, np.ndarray))
+                if scalar:
+                    dt = fixed if fixed is not None else _param_datatype(pdef, value)
+                    params.append(ScalarParam(name, dt, value.item() if isinstance(value, np.generic) else value))
+                else:
+                    arr = np.asarray(value)
+                    dt = _param_datatype(pdef, arr)
+                    if arr.ndim == 0:
+                        arr = arr.reshape(1)
+                    t = QnnTensor(f"{op.name}_{name}", STATIC, dt, arr.shape, None, arr)
+                    params.append(TensorParam(name, t))
+        prov = op.provenance
+        ops.append(OpConfig(op.name, qtype, inputs, outputs, params,
+                            provenance=str(prov) if prov is not None else None))
     qg.inputs = [v.name for v in graph.inputs]
     qg.outputs = [tensor_of(v) for v in graph.outputs]
     return qg

@@ -76,12 +76,27 @@ _FIXED = {
 }
 
 
+_FROM_NUMPY: dict[tuple, DataType] = {}
+
+
 def from_numpy(dtype: np.dtype | str, quantized: bool = False, bitwidth: int | None = None) -> DataType:
     """The QNN datatype of a tensor stored as `dtype`.
 
     A quantized integer tensor is fixed point (UFIXED_POINT_8 for uint8 with an
     encoding); `bitwidth` narrows it (4-bit weights stored in uint8/int8).
     """
+    # numpy's dtype.name is slow; answers are memoised per (dtype, quantized, bitwidth) argument
+    key = (dtype, type(dtype), bool(quantized), bitwidth)
+    try:
+        return _FROM_NUMPY[key]
+    except KeyError:
+        found = _FROM_NUMPY[key] = _from_numpy(dtype, quantized, bitwidth)
+        return found
+    except TypeError:  # an unhashable dtype spelling
+        return _from_numpy(dtype, quantized, bitwidth)
+
+
+def _from_numpy(dtype: np.dtype | str, quantized: bool, bitwidth: int | None) -> DataType:
     name = np.dtype(dtype).name
     if quantized and name in ("uint8", "uint16", "uint32", "int8", "int16", "int32"):
         sign = "uint" if name.startswith("u") else "int"

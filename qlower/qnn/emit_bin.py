@@ -4,15 +4,15 @@ The converter's `.bin` is a tar of `<symbol>.raw` files, one per static
 tensor; `qnn-model-lib-generator` turns each into an object whose symbols the
 `.cpp` reaches through `BINVARSTART(symbol)`. So the tar member names, the C
 identifiers in the `.cpp` and the tensor ids in `_net.json` must agree; `plan`
-computes them once, after checking that the graph can be written at all.
+computes them once, in one pass over the graph, after checking that the graph
+can be written at all. `write` streams the tar one tensor at a time.
 """
 
 from __future__ import annotations
 
-import io
 import re
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 from typing import BinaryIO
 
 import attrs
@@ -23,7 +23,42 @@ from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import EncodingKind, QnnGraph, QnnTensor, TensorParam, TensorType
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_NON_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_]")
 _MEMBER_MODE = 0o644
+_BLOCK = tarfile.BLOCKSIZE
+_RECORD = tarfile.RECORDSIZE
+_NO_STORAGE = (DataType.STRING, DataType.UNDEFINED)
+# Storage dtype of each storable datatype (to_numpy, looked up once).
+_STORAGE: dict[DataType, np.dtype] = {}
+for _dt in DataType:
+    try:
+        _STORAGE[_dt] = to_numpy(_dt)
+    except ValueError:
+        pass
+
+
+def _is_ident(name: str) -> bool:
+    return name.isascii() and name.isidentifier()  # == _IDENT for ASCII text
+
+
+def _renames(odd: Iterable[str], taken: Callable[[str], bool]) -> dict[str, str]:
+    """C identifiers for the names that are not identifiers already (see `c_identifiers`).
+
+    `taken(candidate)` says whether an identifier-shaped candidate is one of the
+    names themselves (which keep their spelling).
+    """
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for name in sorted(set(odd)):
+        base = _NON_IDENT_CHAR.sub("_", name)
+        if not base or not (base[0].isalpha() or base[0] == "_"):
+            base = "_" + base
+        candidate, k = base, 1
+        while candidate in used or taken(candidate):
+            candidate, k = f"{base}_{k}", k + 1
+        out[name] = candidate
+        used.add(candidate)
+    return out
 
 
 def c_identifiers(names: Iterable[str]) -> dict[str, str]:
@@ -34,20 +69,9 @@ def c_identifiers(names: Iterable[str]) -> dict[str, str]:
     the others get non-identifier characters replaced by `_` and, on a clash,
     a numeric suffix, assigned in sorted order so the result is reproducible.
     """
-    unique = sorted(set(names))
-    out = {n: n for n in unique if _IDENT.match(n)}
-    used = set(out.values())
-    for name in unique:
-        if name in out:
-            continue
-        base = re.sub(r"[^A-Za-z0-9_]", "_", name)
-        if not base or not (base[0].isalpha() or base[0] == "_"):
-            base = "_" + base
-        candidate, k = base, 1
-        while candidate in used:
-            candidate, k = f"{base}_{k}", k + 1
-        out[name] = candidate
-        used.add(candidate)
+    unique = set(names)
+    out = {n: n for n in unique if _is_ident(n)}
+    out.update(_renames([n for n in unique if n not in out], out.__contains__))
     return out
 
 
@@ -58,43 +82,77 @@ def num_elements(dims: Iterable[int]) -> int:
     return n
 
 
+class Shapes(dict):
+    """dims tuple -> (`"1, 8"`, element count), computed once per distinct shape.
+
+    Equal tuples (8 == 8.0 == np.int64(8)) give equal `int()` values, so sharing
+    an entry never changes the output.
+    """
+
+    def __missing__(self, dims: tuple[int, ...]) -> tuple[str, int]:
+        if len(self) >= 1 << 16:  # a graph of all-different shapes: stay bounded
+            self.clear()
+        ints = [int(d) for d in dims]
+        value = (", ".join(map(str, ints)), num_elements(ints))
+        self[dims] = value
+        return value
+
+
 @attrs.frozen
 class Layout:
     """Ids, C identifiers and the static tensors of one graph, as every artifact sees them.
 
-    `statics` lists the graph's static tensors (in tensor order) and then the
-    tensor-param tensors (in op and param order); `owners` maps a tensor-param
-    tensor's name to its node.
+    Only what is not the identity is stored, so the layout stays small on large
+    graphs: `cname(n)` is `n` unless `cnames` renames it (likewise for nodes).
+    Tensor ids are the position in `graph.tensors` except for the APP_WRITE and
+    APP_READ tensors, which take their kind's id slots in `graph.inputs` /
+    `graph.outputs` order (`io_ids`); tensor-param tensors follow, numbered in
+    op and param order. `statics` lists the graph's static tensors (in tensor
+    order) and then the tensor-param tensors (in op and param order).
     """
 
-    ids: dict[str, int]
     cnames: dict[str, str]
     node_cnames: dict[str, str]
+    io_ids: dict[str, int]
     statics: tuple[QnnTensor, ...]
-    owners: dict[str, str]
+    static_elements: int  # elements of the graph's static tensors (not tensor params)
+    op_types: tuple[str, ...]  # sorted
+    produced: Container[str]  # names of tensors some op outputs
+    shapes: Shapes = attrs.field(factory=Shapes, eq=False)
+
+    def cname(self, name: str) -> str:
+        return self.cnames.get(name, name)
+
+    def node_cname(self, name: str) -> str:
+        return self.node_cnames.get(name, name)
 
 
 def _fail(message: str, subject: str, code: str = "artifact-invalid") -> QlowerError:
     return QlowerError(error(message, subject=subject, code=code))
 
 
-def _check_storage(t: QnnTensor, subject: str) -> None:
-    if t.datatype in (DataType.STRING, DataType.UNDEFINED):
+def _check_storage(t: QnnTensor, subject: str, shapes: Shapes) -> int:
+    """Raise unless `t` can be stored; return its element count."""
+    if t.datatype in _NO_STORAGE:
         raise _fail(f"datatype {t.datatype.qnn_name} cannot be stored in a tensor", subject)
-    if any(int(d) < 0 for d in t.dims):
-        raise _fail(f"negative dimension in dims {list(t.dims)}", subject)
+    dims = t.dims
+    if dims and min(dims) < 0:
+        raise _fail(f"negative dimension in dims {list(dims)}", subject)
+    count = shapes[dims][1]
+    data = t.data
     if t.type is TensorType.STATIC:
-        if t.data is None:
+        if data is None:
             raise _fail("static tensor has no data", subject)
-        want = to_numpy(t.datatype)
-        if t.data.dtype != want and not _lossless(t.data, want):
-            raise _fail(f"static data of dtype {t.data.dtype} does not convert exactly to {want}, "
+        want = _STORAGE[t.datatype]
+        if data.dtype != want and not _lossless(data, want):
+            raise _fail(f"static data of dtype {data.dtype} does not convert exactly to {want}, "
                         f"the storage of {t.datatype.qnn_name}", subject)
-        if t.data.size != num_elements(t.dims):
-            raise _fail(f"static data has {t.data.size} elements, dims {list(t.dims)} "
-                        f"need {num_elements(t.dims)}", subject)
-    elif t.data is not None:
+        if data.size != count:
+            raise _fail(f"static data has {data.size} elements, dims {list(dims)} "
+                        f"need {count}", subject)
+    elif data is not None:
         raise _fail(f"only STATIC tensors carry data, this one is {t.type.name}", subject)
+    return count
 
 
 def _lossless(data: np.ndarray, want: np.dtype) -> bool:
@@ -108,7 +166,7 @@ def _lossless(data: np.ndarray, want: np.dtype) -> bool:
 def storage(tensor: QnnTensor) -> np.ndarray:
     """The static data in the datatype's storage dtype (other dtypes are accepted when exact)."""
     assert tensor.data is not None
-    want = to_numpy(tensor.datatype)
+    want = _STORAGE.get(tensor.datatype) or to_numpy(tensor.datatype)
     return tensor.data if tensor.data.dtype == want else tensor.data.astype(want)
 
 
@@ -157,93 +215,180 @@ def _check_encoding(t: QnnTensor, subject: str) -> None:
         raise _fail(f"{k.name} must not set block fields", subject)
 
 
+def _io_ids(gsub: str, role: str, attr: str, kind: TensorType, listed: list[str],
+            slots: list[tuple[int, str]], tensors: dict[str, QnnTensor]) -> dict[str, int]:
+    """Check one of `graph.inputs`/`outputs` against its kind's tensors; give their ids.
+
+    The reader recovers `graph.inputs`/`outputs` as APP_WRITE/APP_READ tensors
+    in id order, so giving the listed names their kind's id slots in list order
+    is what makes that order survive the round trip.
+    """
+    for n in listed:
+        t = tensors.get(n)
+        if t is None or t.type is not kind:
+            raise _fail(f"graph {role} '{n}' is not an {kind.name} tensor of the graph", gsub)
+    listed_set = set(listed)
+    if len(listed_set) != len(listed):
+        raise _fail(f"graph {attr} list a tensor twice", gsub)
+    for _, n in slots:
+        if n not in listed_set:
+            raise _fail(f"{kind.name} tensor '{n}' is not listed in graph {attr}", gsub)
+    return {name: slot for (slot, _), name in zip(slots, listed)}
+
+
 def plan(graph: QnnGraph) -> Layout:
-    """Check that `graph` can be written and fix its ids and C identifiers."""
+    """Check that `graph` can be written and fix its ids and C identifiers (one pass)."""
     gsub = f"graph '{graph.name}'"
     if not graph.name or "/" in graph.name or "\\" in graph.name or graph.name in (".", ".."):
         raise _fail("graph name must be a non-empty file name", gsub)
-    for name, t in graph.tensors.items():
+    tensors = graph.tensors
+    shapes = Shapes()
+    STATIC, APP_WRITE, APP_READ = TensorType.STATIC, TensorType.APP_WRITE, TensorType.APP_READ
+    statics: list[QnnTensor] = []
+    writes: list[tuple[int, str]] = []
+    reads: list[tuple[int, str]] = []
+    odd: list[str] = []
+    total = 0
+    for i, (name, t) in enumerate(tensors.items()):
         if name != t.name:
             raise _fail(f"registered under '{name}' but named '{t.name}'", f"tensor '{t.name}'")
-        _check_storage(t, f"tensor '{name}'")
-        _check_encoding(t, f"tensor '{name}'")
-    for attr, role, kind in (("inputs", "input", TensorType.APP_WRITE),
-                             ("outputs", "output", TensorType.APP_READ)):
-        listed = getattr(graph, attr)
-        for n in listed:
-            if n not in graph.tensors or graph.tensors[n].type is not kind:
-                raise _fail(f"graph {role} '{n}' is not an {kind.name} tensor of the graph", gsub)
-        if len(set(listed)) != len(listed):
-            raise _fail(f"graph {attr} list a tensor twice", gsub)
-        missing = [n for n, t in graph.tensors.items() if t.type is kind and n not in listed]
-        if missing:
-            raise _fail(f"{kind.name} tensor '{missing[0]}' is not listed in graph {attr}", gsub)
+        kind, dims = t.type, t.dims
+        if (kind is STATIC or t.data is not None or t.datatype in _NO_STORAGE
+                or (dims and min(dims) < 0)):  # else: nothing to check about its storage
+            count = _check_storage(t, f"tensor '{name}'", shapes)
+            if kind is STATIC:
+                statics.append(t)
+                total += count
+        if t.encoding is not None:
+            _check_encoding(t, f"tensor '{name}'")
+        if kind is STATIC:
+            pass
+        elif kind is APP_WRITE:
+            writes.append((i, name))
+        elif kind is APP_READ:
+            reads.append((i, name))
+        if not (name.isascii() and name.isidentifier()):
+            odd.append(name)
+    io_ids = _io_ids(gsub, "input", "inputs", APP_WRITE, graph.inputs, writes, tensors)
+    io_ids.update(_io_ids(gsub, "output", "outputs", APP_READ, graph.outputs, reads, tensors))
     seen_nodes: set[str] = set()
+    odd_nodes: list[str] = []
+    param_names: set[str] = set()
     param_tensors: list[QnnTensor] = []
-    owners: dict[str, str] = {}
+    produced: set[str] = set()
+    op_types: set[str] = set()
     for op in graph.ops:
-        nsub = f"node '{op.name}'"
-        if not op.name or op.name in seen_nodes:
-            raise _fail("node name is empty or used twice", nsub)
-        seen_nodes.add(op.name)
-        for n in (*op.inputs, *op.outputs):
-            if n not in graph.tensors:
-                raise _fail(f"refers to tensor '{n}', which is not in the graph", nsub)
-        pnames = [p.name for p in op.params]
-        if len(set(pnames)) != len(pnames):
-            raise _fail("has two params with the same name", nsub)
-        for p in op.params:
+        name = op.name
+        if not name or name in seen_nodes:
+            raise _fail("node name is empty or used twice", f"node '{name}'")
+        seen_nodes.add(name)
+        if not (name.isascii() and name.isidentifier()):
+            odd_nodes.append(name)
+        op_types.add(op.type)
+        for n in op.inputs:
+            if n not in tensors:
+                raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{name}'")
+        for n in op.outputs:
+            if n not in tensors:
+                raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{name}'")
+        produced.update(op.outputs)
+        params = op.params
+        if not params:
+            continue
+        if len(params) > 1 and len({p.name for p in params}) != len(params):
+            raise _fail("has two params with the same name", f"node '{name}'")
+        for p in params:
             if isinstance(p, TensorParam):
-                t, psub = p.tensor, f"node '{op.name}' param '{p.name}'"
-                if t.type is not TensorType.STATIC:
+                t, psub = p.tensor, f"node '{name}' param '{p.name}'"
+                if t.type is not STATIC:
                     raise _fail("a tensor param must be a STATIC tensor", psub)
-                if t.name in graph.tensors or t.name in owners:
+                if t.name in tensors or t.name in param_names:
                     raise _fail(f"tensor name '{t.name}' is used twice (QNN tensor names are "
                                 "unique per graph)", psub)
-                _check_storage(t, psub)
+                _check_storage(t, psub, shapes)
                 _check_encoding(t, psub)
-                owners[t.name] = op.name
+                param_names.add(t.name)
                 param_tensors.append(t)
-    return Layout(ids=_ids(graph, param_tensors), cnames=c_identifiers([*graph.tensors, *owners]),
-                  node_cnames=c_identifiers(seen_nodes),
-                  statics=(*(t for t in graph.tensors.values() if t.type is TensorType.STATIC),
-                           *param_tensors),
-                  owners=owners)
+                if not (t.name.isascii() and t.name.isidentifier()):
+                    odd.append(t.name)
+
+    def tensor_taken(n: str) -> bool:
+        return n in tensors or n in param_names
+
+    return Layout(cnames=_renames(odd, tensor_taken), node_cnames=_renames(odd_nodes, seen_nodes.__contains__),
+                  io_ids=io_ids, statics=(*statics, *param_tensors), static_elements=total,
+                  op_types=tuple(sorted(op_types)), produced=produced, shapes=shapes)
 
 
-def _ids(graph: QnnGraph, param_tensors: list[QnnTensor]) -> dict[str, int]:
-    """Tensor order, except that inputs and outputs take their id slots in graph order.
-
-    The reader recovers `graph.inputs`/`outputs` as APP_WRITE/APP_READ tensors
-    in id order, so this is what makes that order survive the round trip.
-    """
-    order = list(graph.tensors)
-    for kind, listed in ((TensorType.APP_WRITE, graph.inputs), (TensorType.APP_READ, graph.outputs)):
-        slots = [i for i, n in enumerate(order) if graph.tensors[n].type is kind]
-        for slot, name in zip(slots, listed):
-            order[slot] = name
-    ids = {n: i for i, n in enumerate(order)}
-    for t in param_tensors:
-        ids[t.name] = len(ids)
-    return ids
+def raw_array(tensor: QnnTensor) -> np.ndarray:
+    """The tensor's data as the `.raw` file holds it: dense, C order, little-endian (a view when possible)."""
+    data = np.ascontiguousarray(storage(tensor))
+    little = data.dtype.newbyteorder("<")
+    return data if data.dtype == little else data.astype(little)
 
 
 def raw_bytes(tensor: QnnTensor) -> bytes:
     """The tensor's data as the `.raw` file holds it: dense, C order, little-endian."""
-    data = np.ascontiguousarray(storage(tensor))
-    return data.astype(data.dtype.newbyteorder("<"), copy=False).tobytes()
+    return raw_array(tensor).tobytes()
+
+
+def _tarinfo(member: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(member)
+    info.size, info.mtime, info.mode = size, 0, _MEMBER_MODE
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.type = tarfile.REGTYPE
+    return info
+
+
+class _Headers:
+    """Tar headers exactly as `tarfile` writes them in PAX format, without its per-member cost.
+
+    A member whose name is ASCII and at most 100 bytes and whose size fits the
+    ustar field needs no PAX extension; its header is the one `tarfile` makes
+    for a template member with the name and size fields replaced and the
+    checksum recomputed. Anything else goes through `tarfile` itself.
+    """
+
+    def __init__(self) -> None:
+        self.encoding, self.errors = tarfile.ENCODING, "surrogateescape"  # TarFile's defaults
+        t = _tarinfo("x", 0).tobuf(tarfile.PAX_FORMAT, self.encoding, self.errors)
+        assert len(t) == _BLOCK
+        self.mid, self.tail = t[100:124], t[136:148]
+        self.rest = t[156:]
+        self.base = 8 * 32 + sum(self.mid) + sum(self.tail) + sum(self.rest)  # checksum field as spaces
+
+    def __call__(self, member: str, size: int) -> bytes:
+        name = member.encode("ascii", "replace")
+        if len(name) > 100 or not member.isascii() or size >= 8 ** 11:
+            return _tarinfo(member, size).tobuf(tarfile.PAX_FORMAT, self.encoding, self.errors)
+        size_field = b"%011o\0" % size
+        chk = self.base + sum(name) + sum(size_field)
+        return b"".join((name, bytes(100 - len(name)), self.mid, size_field, self.tail,
+                         b"%06o\0 " % chk, self.rest))
 
 
 def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None) -> None:
-    """Write the `.bin` tar with reproducible headers (mtime 0, root, 0644, sorted members)."""
+    """Stream the `.bin` tar with reproducible headers (mtime 0, root, 0644, sorted members).
+
+    Byte for byte what `tarfile` writes in PAX format, one tensor in memory at a time.
+    """
     layout = layout or plan(graph)
-    members = sorted((layout.cnames[t.name] + ".raw", t) for t in layout.statics)
-    with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for member, tensor in members:
-            payload = raw_bytes(tensor)
-            info = tarfile.TarInfo(member)
-            info.size, info.mtime, info.mode = len(payload), 0, _MEMBER_MODE
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.type = tarfile.REGTYPE
-            tar.addfile(info, io.BytesIO(payload))
+    cname = layout.cnames.get
+    members = sorted((cname(t.name, t.name) + ".raw", i) for i, t in enumerate(layout.statics))
+    header = _Headers()
+    out = fileobj.write
+    offset = 0
+    for member, i in members:
+        data = raw_array(layout.statics[i])
+        size = data.nbytes
+        head = header(member, size)
+        out(head)
+        if size:
+            out(data.reshape(-1).view(np.uint8))
+        pad = -size % _BLOCK
+        if pad:
+            out(bytes(pad))
+        offset += len(head) + size + pad
+    offset += 2 * _BLOCK
+    out(bytes(2 * _BLOCK + (-offset % _RECORD)))

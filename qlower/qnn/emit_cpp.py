@@ -9,14 +9,16 @@ are `QNN_TENSOR_VERSION_2` initialisers; static data is reached through the
 
 from __future__ import annotations
 
-import re
-
+import io
 import math
+import re
+from typing import BinaryIO
 
 from qlower.qnn.datatypes import DataType
 from qlower.qnn.emit_bin import Layout, c_identifiers, plan
-from qlower.qnn.emit_json import scalar_value
-from qlower.qnn.model import EncodingKind, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam
+from qlower.qnn.emit_json import _scalar_key, _Text, scalar_value
+from qlower.qnn.model import (EncodingKind, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam,
+                              TensorType)
 
 _SCALAR_MEMBER = {
     DataType.INT_8: "int8Value", DataType.SFIXED_POINT_8: "int8Value", DataType.SFIXED_POINT_4: "int8Value",
@@ -124,37 +126,6 @@ def _quant(t: QnnTensor, c: str) -> tuple[list[str], str]:
     return decls, head + f"{{.blockwiseExpansion= &blockwise_{c}}}}}"
 
 
-def _tensor(t: QnnTensor, layout: Layout, pad: str) -> tuple[list[str], list[str]]:
-    """(declarations, initialiser lines) for one Qnn_Tensor_t."""
-    c = layout.cnames[t.name]
-    decls, quant = _quant(t, c)
-    dims = "nullptr"
-    if t.dims:
-        decls.insert(0, f"uint32_t dimensions_{c}[] = {{{', '.join(str(int(d)) for d in t.dims)}}};")
-        dims = f"dimensions_{c}"
-    buf = (f"{{.clientBuf= {{ .data=BINVARSTART({c}), .dataSize=BINLEN({c})}}}}" if t.data is not None
-           else "{.clientBuf= { .data=nullptr, .dataSize=0}}")
-    body = [".id=0,", f".name= {cstr(t.name)},", f".type= QNN_TENSOR_TYPE_{t.type.name},",
-            ".dataFormat= QNN_TENSOR_DATA_FORMAT_DENSE,", f".dataType= {t.datatype.qnn_name},",
-            f".quantizeParams= {quant},", f".rank= {len(t.dims)},", f".dimensions={dims},",
-            ".memType= QNN_TENSORMEMTYPE_RAW,", f"{buf},", ".isDynamicDimensions= nullptr,",
-            ".sparseParams= { QNN_SPARSE_LAYOUT_UNDEFINED, .hybridCoo= {.numSpecifiedElements= 0, "
-            ".numSparseDimensions= 0}},", ".isProduced= 0}}}"]
-    lines = [f"{pad}(Qnn_Tensor_t) {{", f"{pad}  .version= QNN_TENSOR_VERSION_2,", f"{pad}  {{.v2= {{"]
-    lines += [f"{pad}    {b}" for b in body]
-    return decls, lines
-
-
-def _add_tensor(t: QnnTensor, layout: Layout) -> list[str]:
-    decls, lines = _tensor(t, layout, " " * 27)
-    out = [f"static ModelError_t addTensor_{layout.cnames[t.name]}(QnnModel& model){{",
-           "  ModelError_t err = MODEL_NO_ERROR;"]
-    out += [f"  {d}" for d in decls]
-    out.append(f"  VALIDATE(model.addTensor({cstr(t.name)}, // Tensor Name")
-    out += lines
-    return out + ["  ), err);", "  return err;", "}", ""]
-
-
 def _scalar(p: ScalarParam, subject: str) -> str:
     v = scalar_value(p, subject)
     dt = p.datatype
@@ -167,109 +138,257 @@ def _scalar(p: ScalarParam, subject: str) -> str:
     return f"{{.scalarParam= (Qnn_Scalar_t) {{{dt.qnn_name}, {{.{_SCALAR_MEMBER[dt]} = {text}}}}}}}"
 
 
-def _add_node(op: OpConfig, graph: QnnGraph, layout: Layout) -> list[str]:
-    nc = layout.node_cnames[op.name]
-    out = [f"static ModelError_t addNode_{nc}(QnnModel& model){{", "  ModelError_t err = MODEL_NO_ERROR;",
-           "", f"  /* ADDING NODE FOR {nc} */"]
-    entries: list[list[str]] = []
-    for p in op.params:
-        head = f"    {{.paramType=QNN_PARAMTYPE_{'TENSOR' if isinstance(p, TensorParam) else 'SCALAR'},"
-        if isinstance(p, TensorParam):
-            decls, lines = _tensor(p.tensor, layout, " " * 6)
-            out += [f"  {d}" for d in decls]
-            entries.append([head, f"     .name={cstr(p.name)},", "     {.tensorParam=", *lines[:-1],
-                            lines[-1] + "}}"])
+class _Tensors:
+    """Qnn_Tensor_t initialisers at one indentation, from per-kind text templates.
+
+    `(t)` gives (declarations, initialiser): the declarations as `  <decl>\\n`
+    lines, the initialiser as lines joined by newlines without a final one.
+    An unquantized tensor's text depends only on its name, C identifier and
+    (type, datatype, dims, static or not), so that text is cached as the
+    constant pieces between the identifier's occurrences.
+    """
+
+    def __init__(self, layout: Layout, pad: str) -> None:
+        self.renamed = layout.cnames
+        self.shapes = layout.shapes
+        self.pad = pad
+        self.head = (f"{pad}(Qnn_Tensor_t) {{\n{pad}  .version= QNN_TENSOR_VERSION_2,\n{pad}  {{.v2= {{\n"
+                     f"{pad}    .id=0,\n{pad}    .name= ")
+        self.tail = (f",\n{pad}    .isDynamicDimensions= nullptr,\n{pad}    .sparseParams= "
+                     "{ QNN_SPARSE_LAYOUT_UNDEFINED, .hybridCoo= {.numSpecifiedElements= 0, "
+                     f".numSparseDimensions= 0}}}},\n{pad}    .isProduced= 0}}}}}}")
+        self.mem = f",\n{pad}    .memType= QNN_TENSORMEMTYPE_RAW,\n{pad}    "
+        # (type, datatype, dims, static) -> (declaration after the identifier, pieces between identifiers)
+        self.plain: dict[tuple[object, ...], tuple[str, tuple[str, ...]]] = {}
+
+    def _kind(self, t: QnnTensor) -> str:
+        pad = self.pad
+        return (f",\n{pad}    .type= QNN_TENSOR_TYPE_{t.type.name},\n"
+                f"{pad}    .dataFormat= QNN_TENSOR_DATA_FORMAT_DENSE,\n"
+                f"{pad}    .dataType= {t.datatype.qnn_name},\n{pad}    .quantizeParams= ")
+
+    def _pieces(self, t: QnnTensor, quant: str) -> tuple[str, tuple[str, ...]]:
+        """(declaration after `dimensions_<c>` or "", the text after the name split at each `<c>`)."""
+        pad = self.pad
+        rank = len(t.dims)
+        text = f"{self._kind(t)}{quant},\n{pad}    .rank= {rank},\n{pad}    .dimensions="
+        if rank:
+            decl = f"[] = {{{self.shapes[t.dims][0]}}};\n"
+            pieces = [text + "dimensions_"]
+            text = ""
         else:
-            entries.append([head, f"     .name={cstr(p.name)},",
-                            f"     {_scalar(p, f'node {op.name!r} param {p.name!r}')}}}"])
-    if entries:
-        out.append(f"  Qnn_Param_t params_{nc}[] = {{")
-        for i, e in enumerate(entries):
-            out += e[:-1] + [e[-1] + ("," if i < len(entries) - 1 else "")]
-        out.append("  };")
-    if op.inputs:
-        out.append(f"  const char*  inputs_{nc}[] = {{")
-        out += [f"    {cstr(n)}{',' if i < len(op.inputs) - 1 else ''}" for i, n in enumerate(op.inputs)]
-        out.append("  };")
-    tensors = []
-    for n in op.outputs:
-        decls, lines = _tensor(graph.tensors[n], layout, "    ")
-        out += [f"  {d}" for d in decls]
-        tensors.append(lines)
-    if tensors:
-        out.append(f"  Qnn_Tensor_t outputs_{nc}[] = {{")
-        for i, lines in enumerate(tensors):
-            out += lines[:-1] + [lines[-1] + ("," if i < len(tensors) - 1 else "")]
-        out.append("  };")
-    pad = " " * 25
-    args = [("QNN_OPCONFIG_VERSION_1", "Op_Config_t Version"), (cstr(op.name), "Node Name"),
-            (cstr(op.package), "Package Name"), (cstr(op.type), "Qnn Node Type"),
-            (f"params_{nc}" if entries else "nullptr", "Node Params"), (str(len(entries)), "Num Node Params"),
-            (f"inputs_{nc}" if op.inputs else "nullptr", "Input Tensor Names"),
-            (str(len(op.inputs)), "Num Input Tensor Names"),
-            (f"outputs_{nc}" if tensors else "nullptr", "Output Tensors"),
-            (str(len(tensors)), "Num Output Tensors")]
-    out.append(f"  VALIDATE(model.addNode({args[0][0]}, // {args[0][1]}")
-    out += [f"{pad}{a}{',' if i < len(args) - 2 else ''} // {what}" for i, (a, what) in enumerate(args[1:])]
-    return out + ["  ), err);", "  return err;", "}", ""]
+            decl, pieces = "", []
+            text += "nullptr"
+        if t.data is not None:
+            pieces += [f"{text}{self.mem}{{.clientBuf= {{ .data=BINVARSTART(", "), .dataSize=BINLEN(",
+                       f")}}}}{self.tail}"]
+        else:
+            pieces.append(f"{text}{self.mem}{_NO_BUF}{self.tail}")
+        return decl, tuple(pieces)
+
+    def __call__(self, t: QnnTensor) -> tuple[str, str]:
+        name = t.name
+        c = self.renamed.get(name)
+        if c is None:  # an identifier: its own C identifier and a plain C string
+            c, qname = name, f'"{name}"'
+        else:
+            qname = cstr(name)
+        if t.encoding is None:
+            key = (t.type, t.datatype, t.dims, t.data is not None)
+            cached = self.plain.get(key)
+            if cached is None:
+                if len(self.plain) >= 1 << 16:
+                    self.plain.clear()
+                cached = self.plain[key] = self._pieces(t, _UNQUANTIZED)
+            decl, pieces = cached
+            return (f"  uint32_t dimensions_{c}{decl}" if decl else "",
+                    f"{self.head}{qname}{c.join(pieces)}")
+        qdecls, quant = _quant(t, c)
+        decl, pieces = self._pieces(t, quant)
+        decls = "".join(f"  {d}\n" for d in qdecls)
+        if decl:
+            decls = f"  uint32_t dimensions_{c}{decl}{decls}"
+        return decls, f"{self.head}{qname}{c.join(pieces)}"
+
+
+_UNQUANTIZED = _quant(QnnTensor("", TensorType.NATIVE, DataType.FLOAT_32, ()), "")[1]
+_NO_BUF = "{.clientBuf= { .data=nullptr, .dataSize=0}}"
+_ARG_PAD = " " * 25
+_COMMA = ",\n"
+_FLUSH_PARTS = 1024  # functions buffered before a write
+
+
+class _Functions:
+    """The `addTensor_<t>` and `addNode_<n>` functions' text."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.renamed = layout.cnames
+        self.renamed_nodes = layout.node_cnames
+        self.top = _Tensors(layout, " " * 27)
+        self.param = _Tensors(layout, " " * 6)
+        self.out = _Tensors(layout, "    ")
+        self.scalars: dict[tuple[object, ...], str] = {}
+        self.kinds: dict[tuple[str, str], str] = {}
+
+    def tensor(self, t: QnnTensor) -> str:
+        decls, block = self.top(t)
+        c = self.renamed.get(t.name, t.name)
+        return (f"static ModelError_t addTensor_{c}(QnnModel& model){{\n"
+                f"  ModelError_t err = MODEL_NO_ERROR;\n{decls}"
+                f"  VALIDATE(model.addTensor({cstr(t.name)}, // Tensor Name\n{block}\n"
+                "  ), err);\n  return err;\n}\n\n")
+
+    def _params(self, op: OpConfig, nc: str) -> tuple[str, str]:
+        """(declarations, the `params_<n>` array) of an op with params."""
+        decls = []
+        entries = []
+        scalars = self.scalars
+        for p in op.params:
+            if isinstance(p, TensorParam):
+                d, block = self.param(p.tensor)
+                decls.append(d)
+                entries.append(f"    {{.paramType=QNN_PARAMTYPE_TENSOR,\n     .name={cstr(p.name)},\n"
+                               f"     {{.tensorParam=\n{block}}}}}")
+                continue
+            key = _scalar_key(p)
+            text = scalars.get(key) if key is not None else None
+            if text is None:
+                text = (f"    {{.paramType=QNN_PARAMTYPE_SCALAR,\n     .name={cstr(p.name)},\n"
+                        f"     {_scalar(p, f'node {op.name!r} param {p.name!r}')}}}")
+                if key is not None:
+                    scalars[key] = text
+            entries.append(text)
+        return "".join(decls), f"  Qnn_Param_t params_{nc}[] = {{\n{_COMMA.join(entries)}\n  }};\n"
+
+    def node(self, op: OpConfig, tensors: dict[str, QnnTensor]) -> str:
+        name = op.name
+        nc = self.renamed_nodes.get(name)
+        if nc is None:
+            nc, qname = name, f'"{name}"'
+        else:
+            qname = cstr(name)
+        params, inputs, outputs = op.params, op.inputs, op.outputs
+        pdecls, ptext = self._params(op, nc) if params else ("", "")
+        if inputs:
+            renamed = self.renamed
+            names = ",\n    ".join([f'"{n}"' if n not in renamed else cstr(n) for n in inputs])
+            itext = f"  const char*  inputs_{nc}[] = {{\n    {names}\n  }};\n"
+        else:
+            itext = ""
+        if len(outputs) == 1:
+            odecls, blocks = self.out(tensors[outputs[0]])
+        elif outputs:
+            made = [self.out(tensors[n]) for n in outputs]
+            odecls, blocks = "".join(d for d, _ in made), _COMMA.join(b for _, b in made)
+        else:
+            odecls = blocks = ""
+        otext = f"  Qnn_Tensor_t outputs_{nc}[] = {{\n" if outputs else ""
+        oend = "\n  };\n" if outputs else ""
+        key = (op.package, op.type)
+        kind = self.kinds.get(key)
+        if kind is None:
+            kind = self.kinds[key] = (f"{_ARG_PAD}{cstr(op.package)}, // Package Name\n"
+                                      f"{_ARG_PAD}{cstr(op.type)}, // Qnn Node Type\n{_ARG_PAD}")
+        return (f"static ModelError_t addNode_{nc}(QnnModel& model){{\n  ModelError_t err = MODEL_NO_ERROR;\n\n"
+                f"  /* ADDING NODE FOR {nc} */\n{pdecls}{ptext}{itext}{odecls}{otext}{blocks}{oend}"
+                f"  VALIDATE(model.addNode(QNN_OPCONFIG_VERSION_1, // Op_Config_t Version\n"
+                f"{_ARG_PAD}{qname}, // Node Name\n{kind}"
+                f"{f'params_{nc}' if params else 'nullptr'}, // Node Params\n"
+                f"{_ARG_PAD}{len(params)}, // Num Node Params\n"
+                f"{_ARG_PAD}{f'inputs_{nc}' if inputs else 'nullptr'}, // Input Tensor Names\n"
+                f"{_ARG_PAD}{len(inputs)}, // Num Input Tensor Names\n"
+                f"{_ARG_PAD}{f'outputs_{nc}' if outputs else 'nullptr'}, // Output Tensors\n"
+                f"{_ARG_PAD}{len(outputs)} // Num Output Tensors\n"
+                "  ), err);\n  return err;\n}\n\n")
+
+
+def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlower",
+          copyright_str: str = "", layout: Layout | None = None) -> None:
+    """Stream the `.cpp` text into `fileobj` (binary, UTF-8); deterministic for a given graph and arguments.
+
+    The `addTensor_`/`addNode_` functions are written as the graph is walked;
+    `QnnModel_composeGraphs`, which calls them in the same order, comes from a
+    second, cheap walk, so no list of the graph's steps is kept.
+    """
+    layout = layout or plan(graph)
+    var = _model_var(graph.name)
+    out = _Text(fileobj)
+    parts = out.parts
+    add = parts.append
+    copyright_line = f"/* {_comment(copyright_str)} */" if copyright_str else _NO_COPYRIGHT
+    add("\n".join([copyright_line, "", "/* Command Line used:", _comment(converter_command), "*/", "",
+                   "#include <cmath>", "", '#include "QnnOpDef.h"', '#include "QnnModel.hpp"', "",
+                   "// Flag to determine if Backend should do node validation for each opNode added",
+                   "#define DO_GRAPH_NODE_VALIDATIONS 1", "", "using namespace qnn_wrapper_api;",
+                   'extern "C" {', ""]))
+    # A tensor no op produces gets an addTensor_ function where it is first needed:
+    # graph inputs first, then each op's inputs before the op, then the rest.
+    tensors, produced = graph.tensors, layout.produced
+    fn = _Functions(layout)
+    added: set[str] = set()
+    tensor_fn, node_fn, flush_at = fn.tensor, fn.node, _FLUSH_PARTS
+    for n in graph.inputs:
+        if n not in produced and n not in added:
+            added.add(n)
+            add(tensor_fn(tensors[n]))
+    for op in graph.ops:
+        for n in op.inputs:
+            if n not in produced and n not in added:
+                added.add(n)
+                add(tensor_fn(tensors[n]))
+        add(node_fn(op, tensors))
+        if len(parts) >= flush_at:
+            out.flush()
+    for n in tensors:
+        if n not in produced and n not in added:
+            added.add(n)
+            add(tensor_fn(tensors[n]))
+    gname = cstr(graph.name)
+    add("\n".join(["QNN_API", "ModelError_t QnnModel_composeGraphs("
+                   + (",\n" + " " * 36).join(_COMPOSE_ARGS) + ") {", "",
+                   "  ModelError_t err = MODEL_NO_ERROR;", "", f"  /* model/graph for {var} */",
+                   f"  QnnModel {var};", "  const QnnGraph_Config_t** graphConfigs = nullptr;",
+                   f"  VALIDATE(getQnnGraphConfigFromInfo({gname}, graphsConfigInfo, numGraphsConfigInfo, "
+                   "graphConfigs), err);",
+                   f"  VALIDATE({var}.initialize(backendHandle, interface, contextHandle, {gname}, debug, "
+                   "DO_GRAPH_NODE_VALIDATIONS, graphConfigs), err);", ""]))
+    # The calls, in the order the functions were written: `added` holds the tensors
+    # given functions; each is called (and dropped) where it was first needed.
+    cname, node_cname = layout.cnames.get, layout.node_cnames.get
+    for n in graph.inputs:
+        if n in added:
+            added.remove(n)
+            add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
+    for op in graph.ops:
+        for n in op.inputs:
+            if n in added:
+                added.remove(n)
+                add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
+        add(f"  VALIDATE(addNode_{node_cname(op.name, op.name)}({var}), err);\n")
+        if len(parts) >= 16 * flush_at:
+            out.flush()
+    for n in tensors:
+        if n in added:
+            added.remove(n)
+            add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
+    add("\n".join(["", "  // Add all models to array to get graphsInfo", f"  QnnModel* models [] = {{&{var}}};",
+                   "  uint32_t numModels = 1;", "",
+                   "  // Populate the constructed graphs in provided output variables",
+                   "  VALIDATE(getGraphInfoFromModels(*models, numModels, graphsInfo), err);",
+                   "  *numGraphsInfo = numModels;", "", "  return err;", "", "} // PREPARE_GRAPHS", "",
+                   "QNN_API",
+                   "ModelError_t QnnModel_freeGraphsInfo(GraphInfoPtr_t** graphsInfo, uint32_t numGraphsInfo){",
+                   "  return qnn_wrapper_api::freeGraphsInfo(graphsInfo, numGraphsInfo);",
+                   "} // FREEGRAPHINFO", "", "}", ""]))
+    out.flush()
 
 
 def render(graph: QnnGraph, *, converter_command: str = "qlower", copyright_str: str = "",
            layout: Layout | None = None) -> str:
-    """The `.cpp` text; deterministic for a given graph and arguments."""
-    layout = layout or plan(graph)
-    var = _model_var(graph.name)
-    produced = {n for op in graph.ops for n in op.outputs}
-    steps: list[tuple[str, str]] = []
-    added: set[str] = set()
-
-    def need(name: str) -> None:
-        if name not in produced and name not in added:
-            added.add(name)
-            steps.append(("tensor", name))
-
-    for n in graph.inputs:
-        need(n)
-    body: list[str] = []
-    for op in graph.ops:
-        for n in op.inputs:
-            need(n)
-        steps.append(("node", op.name))
-    for n in graph.tensors:
-        need(n)
-    ops = {op.name: op for op in graph.ops}
-    calls = []
-    for kind, name in steps:
-        if kind == "tensor":
-            body += _add_tensor(graph.tensors[name], layout)
-            calls.append(f"  VALIDATE(addTensor_{layout.cnames[name]}({var}), err);")
-        else:
-            body += _add_node(ops[name], graph, layout)
-            calls.append(f"  VALIDATE(addNode_{layout.node_cnames[name]}({var}), err);")
-    copyright_line = f"/* {_comment(copyright_str)} */" if copyright_str else _NO_COPYRIGHT
-    gname = cstr(graph.name)
-    head = [copyright_line, "", "/* Command Line used:", _comment(converter_command), "*/", "",
-            "#include <cmath>", "", '#include "QnnOpDef.h"', '#include "QnnModel.hpp"', "",
-            "// Flag to determine if Backend should do node validation for each opNode added",
-            "#define DO_GRAPH_NODE_VALIDATIONS 1", "", "using namespace qnn_wrapper_api;", 'extern "C" {']
-    compose = ["QNN_API", "ModelError_t QnnModel_composeGraphs("
-               + (",\n" + " " * 36).join(_COMPOSE_ARGS) + ") {", "",
-               "  ModelError_t err = MODEL_NO_ERROR;", "", f"  /* model/graph for {var} */",
-               f"  QnnModel {var};", "  const QnnGraph_Config_t** graphConfigs = nullptr;",
-               f"  VALIDATE(getQnnGraphConfigFromInfo({gname}, graphsConfigInfo, numGraphsConfigInfo, "
-               "graphConfigs), err);",
-               f"  VALIDATE({var}.initialize(backendHandle, interface, contextHandle, {gname}, debug, "
-               "DO_GRAPH_NODE_VALIDATIONS, graphConfigs), err);", *calls, "",
-               "  // Add all models to array to get graphsInfo", f"  QnnModel* models [] = {{&{var}}};",
-               "  uint32_t numModels = 1;", "",
-               "  // Populate the constructed graphs in provided output variables",
-               "  VALIDATE(getGraphInfoFromModels(*models, numModels, graphsInfo), err);",
-               "  *numGraphsInfo = numModels;", "", "  return err;", "", "} // PREPARE_GRAPHS", "",
-               "QNN_API",
-               "ModelError_t QnnModel_freeGraphsInfo(GraphInfoPtr_t** graphsInfo, uint32_t numGraphsInfo){",
-               "  return qnn_wrapper_api::freeGraphsInfo(graphsInfo, numGraphsInfo);",
-               "} // FREEGRAPHINFO", "", "}"]
-    return "\n".join(head + body + compose) + "\n"
+    """The `.cpp` text `write` streams, as one string (for tests and small graphs)."""
+    buf = io.BytesIO()
+    write(graph, buf, converter_command=converter_command, copyright_str=copyright_str, layout=layout)
+    return buf.getvalue().decode("utf-8")
 
 
 def _model_var(name: str) -> str:

@@ -13,16 +13,19 @@ order) use qlower's own keys, documented in docs/artifacts.md.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
-from typing import Any
+from json.encoder import encode_basestring_ascii
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn.datatypes import DataType, to_numpy
-from qlower.qnn.emit_bin import Layout, num_elements, plan, storage
-from qlower.qnn.model import EncodingKind, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorParam
+from qlower.qnn.emit_bin import Layout, plan, storage
+from qlower.qnn.model import (EncodingKind, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorParam,
+                              TensorType)
 
 DEFINITION_DEFINED = 1
 DEFINITION_UNDEFINED = 0x7FFFFFFF
@@ -123,6 +126,7 @@ def scalar_value(p: ScalarParam, subject: str) -> bool | int | float | str:
 
 def tensor_json(t: QnnTensor, tensor_id: int, *, inline_data: bool = False,
                 params_count: str | None = None) -> dict[str, Any]:
+    """One tensor object as a dict (the streaming writer formats the same fields directly)."""
     out: dict[str, Any] = {
         "id": tensor_id, "type": int(t.type), "dataFormat": 0, "data_type": int(t.datatype),
         "src_axis_format": NOT_YET_DEFINED, "axis_format": axis_format(len(t.dims)),
@@ -135,67 +139,203 @@ def tensor_json(t: QnnTensor, tensor_id: int, *, inline_data: bool = False,
     return out
 
 
-def graph_json(graph: QnnGraph, *, converter_command: str = "qlower", copyright_str: str = "",
-               layout: Layout | None = None) -> dict[str, Any]:
-    """The whole `_net.json` document as ordered dicts."""
+_ENC = json.JSONEncoder(separators=(", ", ": ")).encode
+_QUOTE = encode_basestring_ascii  # a str as a JSON string literal, as _ENC writes it
+_INF = float("inf")
+_UNQUANTIZED = _ENC(quant_params(None))
+_FLUSH_PARTS = 4096  # lines buffered before a write
+
+
+def _jfloat(x: float) -> str:
+    """A float as json writes it (allow_nan: NaN, Infinity, -Infinity)."""
+    if x != x:
+        return "NaN"
+    if x == _INF:
+        return "Infinity"
+    if x == -_INF:
+        return "-Infinity"
+    return float.__repr__(x)
+
+
+def _quant_json(enc: QuantEncoding) -> str:
+    """`_ENC(quant_params(enc))`, formatted directly for the per-tensor kinds."""
+    k, bw = enc.kind, enc.bitwidth
+    if (k is EncodingKind.SCALE_OFFSET or k is EncodingKind.BW_SCALE_OFFSET) and (bw is None or type(bw) is int):
+        head = "" if bw is None else f'"bitwidth": {bw}, '
+        key = "scale_offset" if k is EncodingKind.SCALE_OFFSET else "bw_scale_offset"
+        return (f'{{"definition": {DEFINITION_DEFINED}, "encoding": {int(k)}, "{key}": '
+                f'{{{head}"scale": {_jfloat(enc.scales[0])}, "offset": {enc.offsets[0]}}}}}')
+    return _ENC(quant_params(enc))
+
+
+class _Text:
+    """Text written to a binary file in large UTF-8 chunks."""
+
+    __slots__ = ("parts", "fileobj")
+
+    def __init__(self, fileobj: BinaryIO) -> None:
+        self.parts: list[str] = []
+        self.fileobj = fileobj
+
+    def flush(self) -> None:
+        if self.parts:
+            self.fileobj.write("".join(self.parts).encode("utf-8"))
+            self.parts.clear()
+
+
+class _TensorLines:
+    """Tensor objects as `_ENC(tensor_json(...))` writes them, from cached per-kind text.
+
+    An unquantized graph tensor's object after its id depends only on (type,
+    datatype, dims) (`params_count` follows from the dims), so that text is
+    made once per distinct key.
+    """
+
+    def __init__(self, layout: Layout) -> None:
+        self.shapes = layout.shapes
+        self.total = layout.static_elements
+        self.prefixes: dict[tuple[int, int, int], str] = {}
+        self.tails: dict[tuple[object, ...], str] = {}
+
+    def prefix(self, t: QnnTensor) -> str:
+        key = (t.type, t.datatype, len(t.dims))
+        p = self.prefixes.get(key)
+        if p is None:
+            p = (f'"type": {int(t.type)}, "dataFormat": 0, "data_type": {int(t.datatype)}, '
+                 f'"src_axis_format": "{NOT_YET_DEFINED}", "axis_format": "{axis_format(len(t.dims))}", '
+                 '"quant_params": ')
+            self.prefixes[key] = p
+        return p
+
+    def count(self, t: QnnTensor) -> str:
+        return f', "params_count": {_QUOTE(si_notation(self.shapes[t.dims][1], self.total))}'
+
+    def graph_tensor(self, t: QnnTensor, tensor_id: int) -> str:
+        """A tensor of `graph.tensors`: static ones carry `params_count`."""
+        if t.encoding is not None:
+            return self(t, tensor_id, self.count(t) if t.type is TensorType.STATIC else "")
+        key = (t.type, t.datatype, t.dims)
+        tail = self.tails.get(key)
+        if tail is None:
+            if len(self.tails) >= 1 << 16:
+                self.tails.clear()
+            extra = self.count(t) if t.type is TensorType.STATIC else ""
+            tail = self.tails[key] = (f'{self.prefix(t)}{_UNQUANTIZED}, "dims": [{self.shapes[t.dims][0]}]'
+                                      f'{extra}}}')
+        return f'{{"id": {tensor_id}, {tail}'
+
+    def __call__(self, t: QnnTensor, tensor_id: int, extra: str = "") -> str:
+        enc = t.encoding
+        qp = _UNQUANTIZED if enc is None else _quant_json(enc)
+        return (f'{{"id": {tensor_id}, {self.prefix(t)}{qp}, "dims": [{self.shapes[t.dims][0]}]'
+                f'{extra}}}')
+
+
+def _scalar_key(p: ScalarParam) -> tuple[Any, ...] | None:
+    """A cache key for a scalar param's text, or None when equal values may print differently."""
+    v = p.value
+    if type(v) in (bool, int, str):
+        return (p.name, p.datatype, type(v), v)
+    return None  # floats: -0.0 == 0.0 and NaN != NaN
+
+
+def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlower",
+          copyright_str: str = "", layout: Layout | None = None) -> None:
+    """Stream the `_net.json` text into `fileobj` (binary, UTF-8), one tensor or node at a time.
+
+    Layout: fixed key order, the document's frame indented, each tensor and
+    node on its own line as json's C encoder writes it with `", "`/`": "`
+    separators, trailing newline. Nothing proportional to the graph is built:
+    lines are formatted from per-kind templates and written in large chunks.
+    """
     layout = layout or plan(graph)
-    statics = [t for t in graph.tensors.values() if t.data is not None]
-    total = sum(num_elements(t.dims) for t in statics)
-    tensors = {}
-    for name, t in graph.tensors.items():
-        count = si_notation(num_elements(t.dims), total) if t.data is not None else None
-        tensors[name] = tensor_json(t, layout.ids[name], params_count=count)
-    nodes = {}
-    for op in graph.ops:
-        tparams = {p.name: {p.tensor.name: tensor_json(p.tensor, layout.ids[p.tensor.name],
-                                                       inline_data=True)}
-                   for p in op.params if isinstance(p, TensorParam)}
-        sparams = {p.name: {str(int(p.datatype)): scalar_value(p, f"node '{op.name}' param '{p.name}'")}
-                   for p in op.params if isinstance(p, ScalarParam)}
-        node: dict[str, Any] = {"package": op.package, "type": op.type, "tensor_params": tparams,
-                                "scalar_params": sparams, "input_names": list(op.inputs),
-                                "output_names": list(op.outputs)}
-        order = [p.name for p in op.params]
-        if order != [*tparams, *sparams]:
-            node["param_order"] = order  # qlower's key: the JSON splits params by kind
-        nodes[op.name] = node
-    return {
+    out = _Text(fileobj)
+    parts = out.parts
+    add = parts.append
+    quote = _QUOTE
+    total = layout.static_elements
+    header = {
         "model.cpp": f"{graph.name}.cpp",
         "model.bin": f"{graph.name}.bin",
         "converter_command": converter_command,
         "copyright_str": copyright_str,
-        "op_types": sorted({op.type for op in graph.ops}),
+        "op_types": list(layout.op_types),
         "Total parameters": total_parameters(total),
         "Total MACs per inference": si_notation(0, 0),
-        "graph": {"tensors": tensors, "nodes": nodes},
     }
+    add("{\n")
+    for k, v in header.items():
+        add(f"  {quote(k)}: {_ENC(v)},\n")
+    add('  "graph": {\n    "tensors": {')
+    line = _TensorLines(layout)
+    graph_tensor = line.graph_tensor
+    io_ids = layout.io_ids
+    NATIVE, STATIC = TensorType.NATIVE, TensorType.STATIC
+    sep = "\n      "
+    for i, (name, t) in enumerate(graph.tensors.items()):
+        kind = t.type
+        tid = i if kind is NATIVE or kind is STATIC else io_ids.get(name, i)
+        add(f"{sep}{quote(name)}: {graph_tensor(t, tid)}")
+        sep = ",\n      "
+        if len(parts) >= _FLUSH_PARTS:
+            out.flush()
+    add('\n    },\n    "nodes": {')
+    next_id = len(graph.tensors)
+    scalars: dict[tuple[Any, ...], str] = {}
+    heads: dict[tuple[str, str], str] = {}
+    sep = "\n      "
+    for op in graph.ops:
+        hk = (op.package, op.type)
+        head = heads.get(hk)
+        if head is None:
+            head = heads[hk] = f'{{"package": {quote(op.package)}, "type": {quote(op.type)}, "tensor_params": {{'
+        params = op.params
+        if not params:
+            add(f'{sep}{quote(op.name)}: {head}}}, "scalar_params": {{}}, '
+                f'"input_names": [{", ".join(map(quote, op.inputs))}], '
+                f'"output_names": [{", ".join(map(quote, op.outputs))}]}}')
+            sep = ",\n      "
+            if len(parts) >= _FLUSH_PARTS:
+                out.flush()
+            continue
+        tparts: list[str] = []
+        sparts: list[str] = []
+        order_ok = True
+        for p in params:
+            if isinstance(p, TensorParam):
+                if sparts:
+                    order_ok = False
+                t = p.tensor
+                data = f', "data": {_ENC(storage(t).reshape(tuple(int(d) for d in t.dims)).tolist())}'
+                tparts.append(f"{quote(p.name)}: {{{quote(t.name)}: {line(t, next_id, data)}}}")
+                next_id += 1
+            else:
+                key = _scalar_key(p)
+                text = scalars.get(key) if key is not None else None
+                if text is None:
+                    v = scalar_value(p, f"node '{op.name}' param '{p.name}'")
+                    text = f'{quote(p.name)}: {{"{int(p.datatype)}": {_ENC(v)}}}'
+                    if key is not None:
+                        scalars[key] = text
+                sparts.append(text)
+        ins = ", ".join(map(quote, op.inputs))
+        outs = ", ".join(map(quote, op.outputs))
+        order = "" if order_ok else f', "param_order": {_ENC([p.name for p in params])}'
+        add(f'{sep}{quote(op.name)}: {head}{", ".join(tparts)}}}, "scalar_params": {{{", ".join(sparts)}}}, '
+            f'"input_names": [{ins}], "output_names": [{outs}]{order}}}')
+        sep = ",\n      "
+        if len(parts) >= _FLUSH_PARTS:
+            out.flush()
+    add("\n    }\n  }\n}\n")
+    out.flush()
 
 
 def dumps(graph: QnnGraph, *, converter_command: str = "qlower", copyright_str: str = "",
           layout: Layout | None = None) -> str:
-    """`_net.json` text: fixed key order, one tensor or node per line, trailing newline.
-
-    The document's frame is indented; each tensor and node is written on its own
-    line by json's C encoder, which keeps a million-op graph to seconds (the
-    pure-Python indenting encoder costs ~100 µs per node).
-    """
-    doc = graph_json(graph, converter_command=converter_command, copyright_str=copyright_str, layout=layout)
-    enc = json.JSONEncoder(separators=(", ", ": ")).encode
-    body = doc.pop("graph")
-    lines = ["{"]
-    for k, v in doc.items():
-        lines.append(f"  {enc(k)}: {enc(v)},")
-    lines.append('  "graph": {')
-    for section, last in (("tensors", False), ("nodes", True)):
-        items = body[section]
-        lines.append(f"    {enc(section)}: {{")
-        n = len(items)
-        for j, (name, obj) in enumerate(items.items()):
-            lines.append(f"      {enc(name)}: {enc(obj)}{',' if j < n - 1 else ''}")
-        lines.append("    }" + ("" if last else ","))
-    lines.append("  }")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    """The `_net.json` text `write` streams, as one string (for tests and small graphs)."""
+    buf = io.BytesIO()
+    write(graph, buf, converter_command=converter_command, copyright_str=copyright_str, layout=layout)
+    return buf.getvalue().decode("utf-8")
 
 
 def _num(v: Any, what: str, fail: Fail, integer: bool = False) -> Any:

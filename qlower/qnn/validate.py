@@ -2,24 +2,30 @@
 
 All problems are reported in one run, as diagnostics whose subject names the
 node, its QNN type and (when known) the rule that produced it. Per-op-type
-lookup tables are built once per validation call and datatype-row matches are
-memoised per signature, so large graphs validate in about linear time.
+lookup tables are built once per validation call, and the findings of an op are
+memoised per signature: everything the checks read except names (op type,
+tensor types, datatypes, ranks and encodings, params), then per shape. Cached
+findings are templates whose tensor names are filled in per node, so large
+graphs, whose ops repeat a handful of signatures, validate in linear time at a
+few microseconds per op.
 """
 
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
 import attrs
 import numpy as np
 
-from qlower.diagnostics import Diagnostic, Note, did_you_mean, error, warning
+from qlower.diagnostics import Diagnostic, Note, Severity, did_you_mean, error, warning
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import PACKAGE, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
 from qlower.qnn.opdef import (
@@ -30,6 +36,20 @@ _UNKNOWN = object()
 # numpy storage dtype names; STRING/UNDEFINED have none and shapes do not depend on it
 _NUMPY_NAMES = {dt: to_numpy(dt).name for dt in DataType if dt not in (DataType.STRING, DataType.UNDEFINED)}
 _MAX_NOTES = 3
+# In a cached finding, a tensor's name is this placeholder (kind "in"/"out", position), filled per node.
+_NAME_SLOT = re.compile("\x00(in|out)([0-9]+)\x00")
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Validation allocates many small acyclic objects; cyclic GC passes over a big graph free nothing."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def validate_graph(graph: QnnGraph, registry: OpDefRegistry, backend: str) -> list[Diagnostic]:
@@ -38,8 +58,13 @@ def validate_graph(graph: QnnGraph, registry: OpDefRegistry, backend: str) -> li
     if isinstance(validator, Diagnostic):
         return [validator]
     diags: list[Diagnostic] = [validator.shapes_problem] if validator.shapes_problem else []
-    for op in graph.ops:
-        diags.extend(validator.check(op))
+    check = validator.check
+    with _no_gc():
+        validator.learn_all()
+        for op in graph.ops:
+            found = check(op)
+            if found:
+                diags.extend(found)
     return diags
 
 
@@ -199,6 +224,14 @@ class _Validator:
         self.shapes, self.shapes_problem = _load_shapes()
         self.sigs: dict[str, Any] = {}
         self.shape_memo: dict[tuple, tuple] = {}
+        # Per tensor name, an interned int standing for what the checks read of the tensor: `infos`
+        # holds it as (what the shape-independent checks read: type, datatype, rank, encoding kind; dims).
+        self.tkey: dict[str, int] = {}
+        self.infos: list[tuple[tuple, Any]] = []
+        self.interned: dict[tuple[tuple, Any], int] = {}
+        # findings per op signature (tensor ids, params); per shape-independent signature (`_Entry`)
+        self.found: dict[tuple, tuple[Diagnostic, ...]] = {}
+        self.memo: dict[tuple, _Entry] = {}
 
     @classmethod
     def create(cls, graph: QnnGraph, registry: OpDefRegistry, backend: str) -> _Validator | Diagnostic:
@@ -223,31 +256,218 @@ class _Validator:
         return sig
 
     def check(self, op: OpConfig) -> list[Diagnostic]:
-        return _OpCheck(self, op).run()
+        """The findings of `op`: cached per signature, instantiated for this node."""
+        tk = self.tkey
+        inputs, outputs = op.inputs, op.outputs
+        try:
+            try:
+                ik = tuple([tk[n] for n in inputs])
+                ok = tuple([tk[n] for n in outputs])
+            except KeyError:
+                for n in (*inputs, *outputs):
+                    if n not in tk:
+                        self._learn(n)
+                ik = tuple([tk[n] for n in inputs])
+                ok = tuple([tk[n] for n in outputs])
+        except TypeError:  # an unhashable name
+            return _OpCheck(self, op).run()
+        params = op.params
+        pk = _params_key(params) if params else ()
+        if pk is None:
+            return _OpCheck(self, op).run()
+        key = (op.package, op.type, ik, ok, pk)
+        found = self.found.get(key)
+        if found is None:
+            found = self.found[key] = self._findings(op, ik, ok, pk)
+        if not found:
+            return []
+        if found is _DIRECT:
+            return _OpCheck(self, op).run()
+        return _instantiate(found, op, self.tensors)
+
+    def _findings(self, op: OpConfig, ik: tuple[int, ...], ok: tuple[int, ...], pk: tuple) -> tuple:
+        """The findings (templates) of a signature not seen yet: its shape-independent findings, cached
+        per shape-independent signature, then the shape check's, cached per shape."""
+        infos = self.infos
+        ins, outs = [infos[i] for i in ik], [infos[i] for i in ok]
+        key = (op.package, op.type, tuple([i[0] for i in ins]), tuple([o[0] for o in outs]), pk)
+        entry = self.memo.get(key)
+        if entry is None:
+            entry = self.memo[key] = self._entry(op)
+        if entry.direct:
+            return _DIRECT
+        found = entry.findings
+        if entry.shapes is not None:
+            skey = (tuple([i[1] for i in ins]), tuple([o[1] for o in outs]))
+            extra = entry.shapes.get(skey)
+            if extra is None:
+                check = _OpCheck(self, op, template=True)
+                check._shapes([self._tensor(n) for n in op.inputs], [self._tensor(n) for n in op.outputs])
+                extra = entry.shapes[skey] = tuple(check.diags)
+            found = found + extra
+        return found
+
+    def _entry(self, op: OpConfig) -> _Entry:
+        """Run the checks that do not depend on shapes once for a signature, naming tensors by slot."""
+        texts = [op.package, op.type] + [p.name for p in op.params] \
+            + [p.value for p in op.params if isinstance(p, ScalarParam) and isinstance(p.value, str)]
+        if any("\x00" in t for t in texts if isinstance(t, str)):
+            return _Entry((), None, direct=True)  # text that could pass for a name slot: no templates
+        check = _OpCheck(self, op, template=True)
+        shapes = check.checks()
+        return _Entry(tuple(check.diags), {} if shapes else None)
+
+    def _intern(self, info: tuple, dims: Any) -> int:
+        full = (info, dims)
+        i = self.interned.get(full)
+        if i is None:
+            i = self.interned[full] = len(self.infos)
+            self.infos.append(full)
+        return i
+
+    def _learn(self, name: str) -> None:
+        """Key what the checks read of the tensor `name` (absent, unknown or known)."""
+        t = self.tensors.get(name) if name else None
+        if not name:
+            self.tkey[name] = self._intern(("",), None)
+        elif t is None:
+            self.tkey[name] = self._intern(("?",), None)
+        else:
+            d = tuple(t.dims)
+            enc = t.encoding
+            self.tkey[name] = self._intern((t.type, t.datatype, len(d), d == (1,), None if enc is None else enc.kind),
+                                           _dims_key(d))
+
+    def learn_all(self) -> None:
+        """`_learn` every tensor of the graph at once (tensors alike share one key computation)."""
+        tk = self.tkey
+        seen: dict[tuple, int] = {}
+        for name, t in self.tensors.items():
+            if not name or type(name) is not str or name in tk:
+                continue
+            d = t.dims
+            if type(d) is not tuple:
+                d = tuple(d)
+            dk = _dims_key(d)
+            enc = t.encoding
+            kind = None if enc is None else enc.kind
+            k = (t.type, t.datatype, dk, kind)
+            i = seen.get(k)
+            if i is None:
+                i = seen[k] = self._intern((t.type, t.datatype, len(d), d == (1,), kind), dk)
+            tk[name] = i
+
+    def _tensor(self, name: str) -> QnnTensor | None:
+        """The tensor `name` as the checks see it (None when absent, unknown or NULL); no diagnostics."""
+        if not name:
+            return None
+        t = self.tensors.get(name)
+        return None if t is None or t.type == TensorType.NULL else t
+
+
+_DIRECT: tuple = (None,)  # the findings of a signature whose ops are checked one by one
+
+
+@attrs.define
+class _Entry:
+    """The cached findings of one op signature: the shape-independent ones (templates, see
+    `_instantiate`), and when the shape check runs, its findings per shape key."""
+
+    findings: tuple[Diagnostic, ...]
+    shapes: dict[tuple, tuple[Diagnostic, ...]] | None
+    direct: bool = False  # not templated: check every op of this signature afresh
+
+
+def _dims_key(dims: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A shape key: the dims themselves when they are ints, else each with its type (messages print them)."""
+    for d in dims:
+        if type(d) is not int:
+            return tuple((type(x), x) for x in dims)
+    return dims
+
+
+def _params_key(params: Sequence[Any]) -> tuple | None:
+    """Everything the checks read of the params (hashable, and equal only when messages would print
+    the same), or None when some value cannot be keyed cheaply."""
+    out = []
+    for p in params:
+        if type(p) is ScalarParam:
+            v = p.value
+            tv = type(v)
+            if tv is bool or tv is int or tv is str:
+                out.append((0, p.name, p.datatype, tv, v))
+            elif tv is float or isinstance(v, np.generic):
+                out.append((0, p.name, p.datatype, tv, repr(v)))
+            else:
+                return None
+        elif type(p) is TensorParam:
+            t = p.tensor
+            data = t.data
+            if data is None:
+                dk = None
+            elif type(data) is np.ndarray and data.size <= 256 and not data.dtype.hasobject:
+                dk = (data.dtype, data.shape, data.tobytes())
+            else:
+                return None
+            out.append((1, p.name, t.datatype, _dims_key(tuple(t.dims)), dk))
+        else:
+            return None
+    return tuple(out)
+
+
+def _instantiate(found: Sequence[Diagnostic], op: OpConfig, tensors: Mapping[str, QnnTensor]) -> list[Diagnostic]:
+    """Cached findings for the node `op`: its subject, and its tensors' names in their slots."""
+    subject = subject_of(op)
+
+    def name(m: re.Match) -> str:
+        raw = (op.inputs if m.group(1) == "in" else op.outputs)[int(m.group(2))]
+        t = tensors.get(raw) if raw else None
+        return raw if t is None else t.name
+
+    out = []
+    for d in found:
+        message, hint = d.message, d.hint
+        if "\x00" in message:
+            message = _NAME_SLOT.sub(name, message)
+        if hint and "\x00" in hint:
+            hint = _NAME_SLOT.sub(name, hint)
+        out.append(Diagnostic(d.severity, message, d.span, subject, hint, d.notes, d.code))
+    return out
 
 
 class _OpCheck:
     """The checks of one op; collects diagnostics instead of stopping at the first."""
 
-    def __init__(self, v: _Validator, op: OpConfig) -> None:
+    def __init__(self, v: _Validator, op: OpConfig, template: bool = False) -> None:
         self.v = v
         self.op = op
-        self.subject = subject_of(op)
+        # template: findings to cache for every op of this signature, so no subject and names by slot
+        self.template = template
+        self.subject = None if template else subject_of(op)
         self.diags: list[Diagnostic] = []
+
+    def name(self, kind: str, i: int, name: str) -> str:
+        """How a message names tensor `kind`[i]: itself, or its slot in a template."""
+        return f"\x00{kind}{i}\x00" if self.template else name
 
     def err(self, code: str, message: str, hint: str | None = None, notes: Sequence[Note] = ()) -> None:
         self.diags.append(error(message, subject=self.subject, hint=hint, code=code, notes=notes))
 
-    def tensor(self, name: str, where: str) -> QnnTensor | None:
+    def tensor(self, name: str, kind: str, i: int) -> QnnTensor | None:
         if not name:
             return None
         t = self.v.tensors.get(name)
         if t is None:
-            self.err("unknown-tensor", f"{where} refers to unknown tensor `{name}`")
+            self.err("unknown-tensor", f"{kind}[{i}] refers to unknown tensor `{self.name(kind, i, name)}`")
             return None
         return None if t.type == TensorType.NULL else t
 
     def run(self) -> list[Diagnostic]:
+        self.checks()
+        return self.diags
+
+    def checks(self) -> bool:
+        """Every check; the shape check only without `template` (returns whether it applies)."""
         op, v = self.op, self.v
         plan = v.plan(op)
         if plan is None:
@@ -258,13 +478,13 @@ class _OpCheck:
             else:
                 known = v.registry.names(op.package if op.package in v.registry.packages() else None)
                 self.diags.append(unknown_op(op.type, known, subject=self.subject))
-            return self.diags
+            return False
         d = plan.opdef
         if not plan.supported:
             self.err("unsupported-op", f"{d.name} is not supported on {v.label}",
                      hint=self._supported_elsewhere(d))
-        ins = [self.tensor(n, f"in[{i}]") for i, n in enumerate(op.inputs)]
-        outs = [self.tensor(n, f"out[{i}]") for i, n in enumerate(op.outputs)]
+        ins = [self.tensor(n, "in", i) for i, n in enumerate(op.inputs)]
+        outs = [self.tensor(n, "out", i) for i, n in enumerate(op.outputs)]
         counts_ok = self._counts(plan, d.inputs, d.input_count_range(), op.inputs, "input")
         counts_ok &= self._counts(plan, d.outputs, d.output_count_range(), op.outputs, "output")
         in0_rank = len(ins[0].dims) if ins and ins[0] is not None else None
@@ -278,8 +498,10 @@ class _OpCheck:
             self._static(plan, ins, in_bind, matched)
             self._only_default(plan, ins, in_bind, matched, in0_rank)
             if params_ok and v.shapes is not None:
+                if self.template:
+                    return True
                 self._shapes(ins, outs)
-        return self.diags
+        return False
 
     def _supported_elsewhere(self, d: OpDef) -> str | None:
         where = [b.upper() for b in self.v.registry.backends if self.v.registry.supported(d.name, b, d.package)]
@@ -388,7 +610,7 @@ class _OpCheck:
             if t is None:
                 continue
             io, rank = defs[di], len(t.dims)
-            where = f"{kind}[{i}] `{t.name}`"
+            where = f"{kind}[{i}] `{self.name(kind, i, t.name)}`"
             if not _rank_ok(rank, t.dims, io.ndim):
                 self.err("rank", f"{where} has rank {rank}; {plan.opdef.name} requires rank {io.ndim}")
                 continue
@@ -415,7 +637,7 @@ class _OpCheck:
                     r = rules[0]
                     cond = [x for x in (r.datatype and r.datatype.name, r.encoding and f"{r.encoding} encoding") if x]
                     why = f" on {self.v.label}" + (f" when it is {' with '.join(cond)}" if cond else "")
-                self.err("static-input", f"in[{i}] `{t.name}` must be a static tensor{why}, "
+                self.err("static-input", f"in[{i}] `{self.name('in', i, t.name)}` must be a static tensor{why}, "
                                          f"but it is {t.type.name}")
 
     def _only_default(self, plan: _Plan, ins: list[QnnTensor | None], bind: tuple[int, ...],
@@ -439,7 +661,7 @@ class _OpCheck:
             io = plan.opdef.inputs[di]
             supp = plan.targets.get(io.name)
             if t is not None and supp and supp.only_default and _applies(set(supp.only_default), matched):
-                self.err("input-default-only", f"optional input in[{i}] `{t.name}` is not supported on "
+                self.err("input-default-only", f"optional input in[{i}] `{self.name('in', i, t.name)}` is not supported on "
                                                f"{self.v.label}; omit it")
 
     # ------------------------------------------------------------ shapes
@@ -463,7 +685,7 @@ class _OpCheck:
         else:
             for i, (sig, t) in enumerate(zip(value or (), outs)):
                 if t is not None and sig is not None and tuple(t.dims) != tuple(sig.shape):
-                    self.err("shape", f"out[{i}] `{t.name}` is declared with shape {list(t.dims)} "
+                    self.err("shape", f"out[{i}] `{self.name('out', i, t.name)}` is declared with shape {list(t.dims)} "
                                       f"but its inputs give {list(sig.shape)}")
 
     def _infer(self, sigs: tuple[Any, ...], params: Mapping[str, Any], outs: list[QnnTensor | None]) -> tuple:

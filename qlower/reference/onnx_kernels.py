@@ -95,6 +95,49 @@ def _param_array(p: ParamInput, value: Any, first: np.ndarray | None) -> np.ndar
     return np.asarray(value, dtype=dtype)
 
 
+def with_param_inputs(op: str, args: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Operands and attributes as ONNX wants them at EVAL_OPSET: parameter attributes become inputs."""
+    args, attrs = list(args), dict(attrs)
+    for p in PARAM_INPUTS.get(op, ()):
+        value = attrs.pop(p.attr, None)
+        has_operand = p.index < len(args) and args[p.index] is not None
+        if value is None or has_operand or (isinstance(value, (list, tuple)) and not value):
+            continue  # absent, given as an operand, or an empty list (ONNX's "absent")
+        while len(args) <= p.index:
+            args.append(None)
+        first = args[0] if args and isinstance(args[0], np.ndarray) else None
+        args[p.index] = _param_array(p, value, first)
+    while args and args[-1] is None:
+        args.pop()
+    return args, attrs
+
+
+def infer_shapes(op: str, attrs: Mapping[str, Any], operands: Sequence[Any], n_out: int) -> list[Any]:
+    """Result (dtype, shape) pairs by ONNX shape inference on a one-node model (None where unknown).
+
+    `operands` holds, per input, None (absent), an ndarray (constant) or a (dtype, shape) pair.
+    """
+    from onnx import shape_inference
+
+    from qlower.frontends.onnx_types import onnx_to_numpy
+
+    args, attrs = with_param_inputs(op, operands, attrs)
+    model, _ = _model(op, attrs, args, n_out, static=True)
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        return [None] * n_out
+    found = {}
+    for vi in inferred.graph.output:
+        t = vi.type.tensor_type
+        if not t.elem_type or not t.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+        if None not in dims:
+            found[vi.name] = (onnx_to_numpy(t.elem_type), tuple(int(d) for d in dims))
+    return [found.get(f"out{i}") for i in range(n_out)]
+
+
 class OnnxKernels(Mapping[str, Kernel]):
     """op name → kernel for every default-domain ONNX op; evaluators are built lazily and cached.
 
@@ -144,22 +187,13 @@ class OnnxKernels(Mapping[str, Kernel]):
         args = [None if x is None else np.asarray(x) for x in inputs]
         if op == "DequantizeLinear" and args and args[0] is not None and args[0].dtype.kind == "f":
             return [np.asarray(args[0], np.float32)]  # already real: the operand carried the encoding
-        attrs = dict(attrs)
-        for p in PARAM_INPUTS.get(op, ()):
-            value = attrs.pop(p.attr, None)
-            has_operand = p.index < len(args) and args[p.index] is not None
-            if value is None or has_operand or (isinstance(value, (list, tuple)) and not value):
-                continue  # absent, given as an operand, or an empty list (ONNX's "absent")
-            while len(args) <= p.index:
-                args.append(None)
-            args[p.index] = _param_array(p, value, args[0] if args else None)
-        while args and args[-1] is None:
-            args.pop()
+        args, attrs = with_param_inputs(op, args, attrs)
         n_out = max(len(outs), 1)
         sess, names = self._session(op, attrs, args, n_out)
         feeds = {name: a for name, a in zip(names, args) if name}
         try:
-            results = sess.run(None, feeds)
+            with np.errstate(all="ignore"):  # NaN and inf are legitimate ONNX results
+                results = sess.run(None, feeds)
         except KernelError:
             raise
         except Exception as exc:  # the evaluator rejects bad inputs with assorted exception types
@@ -249,10 +283,9 @@ def _tensor(a: np.ndarray):
     return numpy_helper.from_array(a)
 
 
-def _build(op: str, attrs: Mapping[str, Any], args: Sequence[np.ndarray | None], n_out: int):
-    """A ReferenceEvaluator over a one-node model, and the input names to feed."""
+def _model(op: str, attrs: Mapping[str, Any], args: Sequence[Any], n_out: int, static: bool = False):
+    """A one-node ModelProto; array args are runtime inputs (or, with `static`, initializers)."""
     from onnx import TensorProto, defs, helper
-    from onnx.reference import ReferenceEvaluator
 
     from qlower.frontends.onnx_types import numpy_to_onnx
 
@@ -267,11 +300,29 @@ def _build(op: str, attrs: Mapping[str, Any], args: Sequence[np.ndarray | None],
         if k.startswith("_") or v is None or (isinstance(v, (list, tuple)) and not len(v)):
             continue
         node.attribute.append(_attribute(schema, k, v))
-    inputs = [helper.make_tensor_value_info(n, numpy_to_onnx(a.dtype), [None] * a.ndim)
-              for n, a in zip(names, args) if a is not None]
+    inputs, inits = [], []
+    for n, a in zip(names, args):
+        if a is None:
+            continue
+        if isinstance(a, np.ndarray):
+            if static:
+                inits.append(_tensor(a.astype(np.int64) if a.dtype == np.int32 else a))
+                inits[-1].name = n
+                continue
+            inputs.append(helper.make_tensor_value_info(n, numpy_to_onnx(a.dtype), [None] * a.ndim))
+        else:
+            dtype, shape = a
+            inputs.append(helper.make_tensor_value_info(n, numpy_to_onnx(np.dtype(dtype)), list(shape)))
     outputs = [helper.make_tensor_value_info(f"out{i}", TensorProto.UNDEFINED, None) for i in range(n_out)]
-    graph = helper.make_graph([node], f"qlower_{op}", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    graph = helper.make_graph([node], f"qlower_{op}", inputs, outputs, initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), names
+
+
+def _build(op: str, attrs: Mapping[str, Any], args: Sequence[np.ndarray | None], n_out: int):
+    """A ReferenceEvaluator over a one-node model, and the input names to feed."""
+    from onnx.reference import ReferenceEvaluator
+
+    model, names = _model(op, attrs, args, n_out)
     try:
         return ReferenceEvaluator(model), names
     except Exception as exc:

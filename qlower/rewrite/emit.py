@@ -367,7 +367,9 @@ class EmitProgram:
         quant = None
         if "encoding" in props and dtype is not None and np.dtype(dtype).kind in "iu":
             quant = resolve_encoding(props["encoding"][0](env), np.dtype(dtype))
-        if quant is not None:
+        if quant is not None and raw.dtype == np.dtype(dtype):
+            data = raw  # already stored integers (e.g. a relaid-out quantized weight from const_value)
+        elif quant is not None:
             data = quantize_real(raw, quant, np.dtype(dtype))
         else:
             data = _as_tensor(raw, dtype)

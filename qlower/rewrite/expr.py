@@ -51,7 +51,7 @@ def _mul(a, b):
 
 
 def _div(a, b):
-    if _num(b, "/") == 0:
+    if not isinstance(_num(b, "/"), np.ndarray) and b == 0:
         raise EvalError("division by zero")
     return _num(a, "/") / b
 

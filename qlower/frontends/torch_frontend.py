@@ -1,0 +1,299 @@
+"""Importing torch.export programs into the `aten` dialect (optional extra `qlower[torch]`).
+
+`load_exported(ep_or_path)` takes an `ExportedProgram` (or a `.pt2` file written
+by `torch.export.save`) and returns a Graph of `aten.*` ops: the op naming,
+operand/attribute split and dtype narrowing are the dialect's, defined in
+`qlower.reference.aten_kernels`. Shapes and dtypes come from the exported
+node metadata, lifted parameters, buffers and constants become graph
+constants, user inputs and outputs become graph inputs and outputs. The
+graph is then constant-folded with ATen itself, so masks built from arange,
+cumsum and comparisons, and rotary tables, arrive as static tensors as QNN
+needs. Shapes must be static: export without `dynamic_shapes`.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qlower.diagnostics import QlowerError, error
+from qlower.frontends.fold import fold_constants
+from qlower.graph.core import Graph, Value
+from qlower.graph.types import DTYPE_NAMES
+from qlower.reference.aten_kernels import NARROWED, AtenKernels, AtenOps, Signature, dtype_name
+from qlower.reference.spec import KernelError, OutSpec
+
+_CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
+_DEFAULT_OF_CATEGORY = {0: "bool", 1: "int32", 2: "float32"}
+
+
+def _fail(message: str, subject: str | None = None, hint: str | None = None, code: str = "torch-import") -> QlowerError:
+    return QlowerError(error(message, subject=subject, hint=hint, code=code))
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise _fail("the torch frontend needs torch", hint="pip install qlower[torch]") from None
+    return torch
+
+
+def load_exported(ep_or_path: Any, *, decompose: bool = False, fold: bool = True, name: str | None = None) -> Graph:
+    """An ExportedProgram or `.pt2` path → an `aten` dialect Graph, constant-folded.
+
+    The program is first brought to functional ATen with `run_decompositions`:
+    with no decompositions by default (keeping `linear` and
+    `scaled_dot_product_attention` whole, but inlining higher-order ops), or
+    with torch's core ATen decompositions when `decompose` is set.
+    """
+    torch = _torch()
+    ep = ep_or_path
+    if isinstance(ep_or_path, (str, Path)):
+        path = Path(ep_or_path)
+        if not path.is_file():
+            raise _fail(f"no such file: {path}", code="no-file")
+        try:
+            ep = torch.export.load(str(path))
+        except Exception as exc:  # torch reports a bad archive in many ways
+            hint = ("if the program takes or returns a type registered at export time (such as transformers' "
+                    "ModelOutput), import its package first or export a wrapper that returns tensors"
+                    if "deserializ" in str(exc) else None)
+            raise _fail(f"cannot load {path.name} as an exported program: {str(exc).splitlines()[0]}",
+                        subject=f"file {path}", hint=hint) from None
+        name = name or path.stem
+    if not isinstance(ep, torch.export.ExportedProgram):
+        raise _fail(f"expected a torch.export.ExportedProgram or a .pt2 path, got {type(ep).__name__}")
+    ep = ep.run_decompositions() if decompose else ep.run_decompositions({})
+    kernels = AtenKernels()
+    graph = _Importer(ep, torch).run(name or "exported")
+    if fold:
+        _fold_sources(graph, kernels)
+        fold_constants(graph, {"aten": kernels})
+        graph.remove_dead()
+    return graph
+
+
+def _fold_sources(graph: Graph, kernels: Mapping[str, Any]) -> None:
+    """Evaluate ops without operands (arange, full, scalar_tensor...) into constants; fold_constants skips them."""
+    for op in graph.topo_order():
+        if any(v is not None for v in op.operands):
+            continue
+        kernel = kernels.get(op.type.partition(".")[2])
+        if kernel is None:
+            continue
+        try:
+            values = kernel([], op.attrs, [OutSpec(r.shape, r.dtype, None) for r in op.results])
+        except KernelError:
+            continue  # random ops and the like stay; lowering reports them
+        results = list(op.results)
+        graph.detach_op(op)
+        for r, x in zip(results, values):
+            r.data = np.asarray(x).astype(r.dtype).reshape(r.shape)
+
+
+def _static_shape(val: Any, subject: str) -> tuple[int, ...]:
+    dims = tuple(val.shape)
+    if not all(isinstance(d, int) for d in dims):
+        raise _fail(f"shape {list(dims)} is symbolic", subject=subject, code="symbolic-shape",
+                    hint="export with static shapes (no dynamic_shapes) at a fixed sequence length")
+    return dims
+
+
+def _numpy_of(t: Any, torch: Any, subject: str) -> np.ndarray:
+    """A lifted tensor as numpy in the dialect's dtype; int64 data must fit int32."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    arr = t.contiguous().numpy()
+    target = NARROWED.get(arr.dtype.name, arr.dtype.name)
+    if target not in DTYPE_NAMES:
+        raise _fail(f"dtype {arr.dtype} has no QNN counterpart", subject=subject, code="dtype")
+    if arr.dtype == np.int64 and arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
+        raise _fail(f"int64 data in [{arr.min()}, {arr.max()}] does not fit int32", subject=subject, code="dtype")
+    return arr.astype(target)
+
+
+class _Importer:
+    """Walks the exported FX graph once, in its (topological) node order."""
+
+    def __init__(self, ep: Any, torch: Any) -> None:
+        self.ep, self.torch = ep, torch
+        self.ops = AtenOps()
+        self.graph = Graph()
+        self.env: dict[Any, Any] = {}  # fx node → Value, or list of Values for several results
+
+    def run(self, name: str) -> Graph:
+        self.graph.name = name
+        specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs if hasattr(s.arg, "name")}
+        inputs: list[Value] = []
+        outputs: list[Value] = []
+        for node in self.ep.graph.nodes:
+            if node.op == "placeholder":
+                self._placeholder(node, specs.get(node.name), inputs)
+            elif node.op == "call_function":
+                self._call(node)
+            elif node.op == "output":
+                outputs = self._outputs(node)
+            else:
+                raise _fail(f"unsupported FX node kind {node.op} ({node.target})", subject=f"node {node.name}",
+                            hint="re-export with torch.export.export(..., strict=False)")
+        self.graph.set_io(inputs, outputs)
+        return self.graph
+
+    # ------------------------------------------------------------- values
+    def _value(self, name: str, val: Any, data: np.ndarray | None = None) -> Value:
+        subject = f"tensor {name}"
+        if not isinstance(val, self.torch.Tensor):
+            raise _fail(f"expected a tensor, got {type(val).__name__}", subject=subject, code="not-a-tensor",
+                        hint="data-dependent values (item(), nonzero()) cannot be imported")
+        dt = dtype_name(val.dtype)
+        if dt not in DTYPE_NAMES:
+            raise _fail(f"dtype {val.dtype} has no QNN counterpart", subject=subject, code="dtype")
+        return self.graph.add_value(self.graph.fresh_value_name(name), dt, _static_shape(val, subject), data=data)
+
+    def _placeholder(self, node: Any, spec: Any, inputs: list[Value]) -> None:
+        kind = spec.kind.name if spec is not None else "USER_INPUT"
+        val = node.meta.get("val")
+        if kind == "USER_INPUT":
+            if isinstance(val, self.torch.Tensor):
+                v = self._value(node.name, val)
+                inputs.append(v)
+                self.env[node] = v
+            elif node.users:
+                raise _fail(f"non-tensor input {node.name} ({type(val).__name__}) is used by the graph",
+                            subject=f"input {node.name}", hint="pass it as a constant when exporting")
+            return
+        if kind not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+            raise _fail(f"unsupported input kind {kind}", subject=f"input {node.name}")
+        if not node.users:
+            return
+        tensor = self.ep.state_dict.get(spec.target)
+        if tensor is None:
+            tensor = self.ep.constants.get(spec.target)
+        if tensor is None:
+            raise _fail(f"no data for {kind.lower()} {spec.target}", subject=f"input {node.name}")
+        data = _numpy_of(tensor, self.torch, f"{kind.lower()} {spec.target}")
+        self.env[node] = self.graph.add_value(self.graph.fresh_value_name(node.name), data.dtype, data.shape,
+                                              data=data)
+
+    def _outputs(self, node: Any) -> list[Value]:
+        specs = self.ep.graph_signature.output_specs
+        outs: list[Value] = []
+        for spec, arg in zip(specs, node.args[0]):
+            if spec.kind.name != "USER_OUTPUT":
+                raise _fail(f"the program mutates {spec.target} in place ({spec.kind.name}); QNN graphs have no state",
+                            subject=f"output {getattr(arg, 'name', arg)}", code="mutation")
+            v = self.env.get(arg)
+            if not isinstance(v, Value):
+                raise _fail(f"output {arg} is not a tensor computed by the graph", subject="graph outputs")
+            outs.append(v)
+        return outs
+
+    # ---------------------------------------------------------------- ops
+    def _call(self, node: Any) -> None:
+        target = node.target
+        if target is operator.getitem:
+            src, idx = node.args
+            v = self.env[src][idx]
+            if not self.graph.has_value(node.name):
+                self.graph.rename_value(v, node.name)
+            self.env[node] = v
+            return
+        if not isinstance(target, self.torch._ops.OpOverload) or target.namespace != "aten":
+            raise _fail(f"unsupported op {target}", subject=f"node {node.name}", code="unsupported-op",
+                        hint="only ATen ops are imported; higher-order and custom ops are not")
+        if not target._schema.returns:
+            return  # _assert_tensor_metadata and other checks without results
+        packet = target._schema.name.split("::", 1)[1]
+        found = self.ops.form_of_overload(packet, target._overloadname)
+        if found is None:
+            raise _fail(f"aten.{packet}.{target._overloadname} has no form in the aten dialect",
+                        subject=f"node {node.name}", code="unsupported-op",
+                        hint="its arguments (generators, dimension names...) are not supported")
+        form, sig = found
+        operands, attrs_ = self._arguments(node, sig, target._schema)
+        val = node.meta.get("val")
+        vals = list(val) if isinstance(val, (tuple, list)) else [val]
+        names = [node.name] if len(vals) == 1 and not isinstance(val, (tuple, list)) else \
+            [f"{node.name}_{i}" for i in range(len(vals))]
+        results = [self._value(n, v) for n, v in zip(names, vals)]
+        self.graph.add_op(node.name, f"aten.{form.type_name}", operands, results, attrs_)
+        self.env[node] = results if isinstance(val, (tuple, list)) else results[0]
+
+    def _arguments(self, node: Any, sig: Signature, schema: Any) -> tuple[list[Value | None], dict[str, Any]]:
+        bound = _bind(schema, node.args, node.kwargs, node.name)
+        operands: list[Value | None] = []
+        scalars: list[tuple[int, str, Any]] = []
+        attrs_: dict[str, Any] = {}
+        for a in sig.args:
+            x = bound.get(a.name)
+            if a.role == "attr":
+                attrs_[a.name] = self._attr(x, f"node {node.name}, argument {a.name}")
+            elif a.role == "operand" and a.kind in ("list", "optional_list"):
+                present = [(i, t) for i, t in enumerate(x or ()) if t is not None]
+                operands.extend(self._operand(t, node.name) for _, t in present)
+                if a.kind == "optional_list":
+                    attrs_[f"{a.name}_pos"] = [i for i, _ in present]
+            elif a.role == "operand":
+                if isinstance(x, (bool, int, float)):
+                    scalars.append((len(operands), a.name, x))
+                    operands.append(None)
+                else:
+                    operands.append(None if x is None else self._operand(x, node.name))
+        peers = [v for v in operands if v is not None]
+        for i, arg, x in scalars:
+            operands[i] = self._scalar(x, peers, f"{node.name}_{arg}")
+        while operands and operands[-1] is None:
+            operands.pop()
+        return operands, attrs_
+
+    def _operand(self, x: Any, where: str) -> Value:
+        v = self.env.get(x) if hasattr(x, "op") else None
+        if not isinstance(v, Value):
+            raise _fail(f"operand {x!r} is not a tensor of the graph", subject=f"node {where}",
+                        code="symbolic-shape" if isinstance(x, self.torch.SymInt) else "torch-import")
+        return v
+
+    def _scalar(self, x: bool | int | float, peers: Sequence[Value], name: str) -> Value:
+        """A Python number as a constant, typed as ATen's promotion treats it next to the tensor operands.
+
+        It has shape [1] (0-d only when every tensor operand is 0-d): that
+        broadcasts to the same result and suits QNN ops that want rank >= 1.
+        """
+        cat = 0 if isinstance(x, bool) else 1 if isinstance(x, int) else 2
+        peer = max((v.dtype for v in peers), key=lambda d: _CATEGORY.get(d.kind, 2), default=None)
+        dt = peer if peer is not None and cat <= _CATEGORY.get(peer.kind, 2) else np.dtype(_DEFAULT_OF_CATEGORY[cat])
+        if dt.kind in "iu" and not np.iinfo(dt).min <= x <= np.iinfo(dt).max:
+            raise _fail(f"scalar {x} does not fit {dt}", subject=f"constant {name}", code="dtype")
+        shape = (1,) if any(v.shape for v in peers) else ()
+        return self.graph.add_value(self.graph.fresh_value_name(name), dt, shape,
+                                    data=np.full(shape, x, dtype=dt))
+
+    def _attr(self, x: Any, subject: str) -> Any:
+        torch = self.torch
+        if isinstance(x, (list, tuple)):
+            return [self._attr(e, subject) for e in x]
+        if isinstance(x, torch.dtype):
+            return dtype_name(x)
+        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) or hasattr(x, "op"):
+            raise _fail(f"value {x} is symbolic", subject=subject, code="symbolic-shape",
+                        hint="export with static shapes (no dynamic_shapes)")
+        return x
+
+
+def _bind(schema: Any, args: Sequence[Any], kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Schema argument name → the node's value for it, with schema defaults filled in."""
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    bound = {a.name: v for a, v in zip(positional, args)}
+    bound.update(kwargs)
+    for a in schema.arguments:
+        if a.name not in bound:
+            if not a.has_default_value():
+                raise _fail(f"argument {a.name} is missing", subject=f"node {where}")
+            bound[a.name] = a.default_value
+    return bound
