@@ -153,9 +153,7 @@ def fold_qdq(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], types: Mapp
             if dp is not None and dp.same(p) and dq.output[0] not in graph_outputs:
                 res.aliases[dq.output[0]] = t
                 drop.add(id(dq))
-        if id(q) in drop or x in graph_inputs or x in graph_outputs or x not in producer:
-            continue
-        if t in graph_outputs or any(id(u) not in drop for u in users.get(t, [])):
+        if id(q) in drop or x in graph_inputs or x in graph_outputs or x not in producer or t in graph_outputs:
             continue
         if len(users.get(x, [])) == 1:  # x feeds only this Q: x itself becomes the quantized tensor
             res.aliases[t] = x

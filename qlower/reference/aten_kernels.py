@@ -244,7 +244,7 @@ def _to_torch(x: np.ndarray | None):
 
     if x is None:
         return None
-    t = torch.from_numpy(np.array(x))  # a private, writable copy
+    t = torch.from_numpy(np.array(x, order="C"))  # a private, writable, C-ordered copy (views need one)
     return t.to(torch.int64) if t.dtype == torch.int32 else t
 
 

@@ -179,6 +179,119 @@ def test_bin_members_are_reproducible(tmp_path: Path) -> None:
             [-(2**31), 0, 7, 2**31 - 1], dtype="<i4").tobytes()
 
 
+def test_text_is_unchanged_by_the_streaming_writers() -> None:
+    """Digests of the rich graph's `_net.json` and `.cpp` as the whole-document writers made them.
+
+    A deliberate format change updates these (and docs/artifacts.md).
+    """
+    import hashlib
+
+    g = rich_graph()
+    digests = [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in (
+        emit_json.dumps(g, converter_command="qlower lower m.onnx"),
+        emit_cpp.render(g, converter_command="qlower lower m.onnx"))]
+    assert digests == ["ec461591518b4f13700d660b373dcf5f0bccd9b2f8996662b999771e73501452",
+                       "f4a1de0cd8d5ebf99d2cdd2d403152fafde000c782018e273447bbb097fc40ff"]
+
+
+def _frame(doc: dict) -> str:
+    """The `_net.json` layout: indented frame, one object per line as json's C encoder writes it."""
+    enc = json.JSONEncoder(separators=(", ", ": ")).encode
+    body = doc.pop("graph")
+    lines = ["{", *(f"  {enc(k)}: {enc(v)}," for k, v in doc.items()), '  "graph": {']
+    for section, last in (("tensors", False), ("nodes", True)):
+        items = list(body[section].items())
+        lines.append(f"    {enc(section)}: {{")
+        lines += [f"      {enc(k)}: {enc(v)}{',' if j < len(items) - 1 else ''}" for j, (k, v) in enumerate(items)]
+        lines.append("    }" + ("" if last else ","))
+    return "\n".join([*lines, "  }", "}"]) + "\n"
+
+
+def test_json_lines_are_what_the_json_encoder_writes() -> None:
+    """The templated lines equal json's own encoding of the objects they hold."""
+    g = rich_graph()
+    g.ops[0].params.append(ScalarParam("negzero", DT.FLOAT_64, -0.0))
+    g.tensors["f32"].encoding = QuantEncoding(EncodingKind.SCALE_OFFSET, [float("nan")], [3], bitwidth=8)
+    text = emit_json.dumps(g)
+    doc = json.loads(text)
+    assert _frame(dict(doc)) == text
+    layout = emit_bin.plan(g)
+    ids = {n: i for i, n in enumerate(g.tensors)} | layout.io_ids
+    for name, t in g.tensors.items():  # the per-kind templates agree with the reference dict
+        count = doc["graph"]["tensors"][name].get("params_count")
+        want = emit_json.tensor_json(t, ids[name], params_count=count)
+        assert json.dumps(doc["graph"]["tensors"][name]) == json.dumps(want), name
+
+
+def test_bin_is_what_tarfile_writes(tmp_path: Path) -> None:
+    """The streamed tar equals tarfile's PAX output, long member names (PAX headers) included."""
+    import io
+
+    g = rich_graph()
+    long_name = "w" * 120
+    g.add_tensor(static(long_name, DT.FLOAT_32, np.arange(300, dtype=np.float32).reshape(3, 100)))
+    g.add_tensor(static("empty", DT.INT_8, np.zeros((0, 4), np.int8)))
+    g.add_tensor(static("big_endian", DT.INT_16, np.array([1, -2, 300], dtype=">i2")))
+    g.ops.append(OpConfig("uses", "Gather", [long_name, "empty", "big_endian"], []))
+    layout = emit_bin.plan(g)
+    ref = io.BytesIO()
+    with tarfile.open(fileobj=ref, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for member, t in sorted((layout.cname(t.name) + ".raw", t) for t in layout.statics):
+            payload = emit_bin.raw_bytes(t)
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime, info.mode, info.uid, info.gid = len(payload), 0, 0o644, 0, 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(payload))
+    out = io.BytesIO()
+    emit_bin.write(g, out, layout)
+    assert out.getvalue() == ref.getvalue()
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
+        assert tar.extractfile(long_name + ".raw").read() == np.arange(300, dtype="<f4").tobytes()
+        assert tar.extractfile("big_endian.raw").read() == np.array([1, -2, 300], dtype="<i2").tobytes()
+
+
+def chain_graph(blocks: int) -> QnnGraph:
+    """The benchmark's shape: MatMul (static weight, scalar params), Sigmoid, Mul, Add per block."""
+    g = QnnGraph("chain")
+    g.add_tensor(QnnTensor("x0", TT.APP_WRITE, DT.FLOAT_32, (1, 8)))
+    for i in range(blocks):
+        x, w, h, s, y, nx = f"x{i}", f"w{i}", f"h{i}", f"s{i}", f"y{i}", f"x{i + 1}"
+        g.add_tensor(static(w, DT.FLOAT_32, np.full((8, 8), i, np.float32)))
+        for n in (h, s, y):
+            g.add_tensor(QnnTensor(n, TT.NATIVE, DT.FLOAT_32, (1, 8)))
+        g.add_tensor(QnnTensor(nx, TT.APP_READ if i == blocks - 1 else TT.NATIVE, DT.FLOAT_32, (1, 8)))
+        g.ops += [OpConfig(f"mm{i}", "MatMul", [x, w], [h], [ScalarParam("transpose_in0", DT.BOOL_8, False),
+                                                             ScalarParam("transpose_in1", DT.BOOL_8, False)]),
+                  OpConfig(f"sig{i}", "Sigmoid", [h], [s]), OpConfig(f"mul{i}", "ElementWiseMultiply", [h, s], [y]),
+                  OpConfig(f"add{i}", "ElementWiseAdd", [y, x], [nx])]
+    g.inputs, g.outputs = ["x0"], [f"x{blocks}"]
+    return g
+
+
+def test_writers_stream_in_bounded_chunks() -> None:
+    """No writer hands over the whole document at once: many writes, each far smaller than the file."""
+
+    class Sink:
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        def write(self, b) -> int:
+            n = memoryview(b).nbytes
+            self.sizes.append(n)
+            return n
+
+    g = chain_graph(2500)
+    layout = emit_bin.plan(g)
+    for write in (lambda f: emit_json.write(g, f, layout=layout), lambda f: emit_cpp.write(g, f, layout=layout),
+                  lambda f: emit_bin.write(g, f, layout)):
+        sink = Sink()
+        write(sink)
+        total = sum(sink.sizes)
+        assert len(sink.sizes) > 3 and max(sink.sizes) < max(total // 3, 4 << 20), (len(sink.sizes), total)
+    with tempfile.TemporaryDirectory() as d:
+        assert_graph_equal(g, reader.load(artifacts.save(g, Path(d))[0]))
+
+
 def test_cpp_is_plausible(tmp_path: Path) -> None:
     g = rich_graph()
     artifacts.save(g, tmp_path)

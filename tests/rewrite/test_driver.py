@@ -477,7 +477,7 @@ rule sub {
     g = two_input_graph()
     out = run(e, g)
     assert rule_of(g, "sub") == "sub"
-    assert [o.name for o in g.ops] == ["after", "sub"] or sorted(o.name for o in g.ops) == ["after", "sub"]
+    assert sorted(o.name for o in g.ops) == ["after", "sub"]
     assert not any(o.name.startswith("sub.") for o in g.ops)
     assert len(by_code(out, "emit-error")) == 1
 
@@ -633,18 +633,14 @@ def test_new_names_avoid_existing_ones(tmp_path):
     r = rules(tmp_path, EMIT3)
     b = B()
     x = b.inp("x")
-    taken = b.g.add_value("n.a", "float32", (2, 3))  # a graph input that happens to be called n.a
-    b.inputs.append(taken)
+    taken = b.inp("n.a")  # a graph input that happens to be called n.a
     y = b.op("n", "m.Neg", [x])
     z = b.op("sub", "m.Sub", [y, taken])
     g = b.done(z)
     run(r, g)
-    first = g.op("n.a") if g.has_op("n.a") else None
-    new_values = {o.results[0].name for o in g.ops if o.provenance and o.provenance.rule == "neg3"}
-    assert "n.a" not in new_values
-    assert g.value("n.a") is taken
-    assert len(new_values) == 3
-    assert first is None or first.results[0] is not taken
+    assert g.value("n.a") is taken and taken.producer is None
+    assert [(o.name, [v.name for v in o.results]) for o in g.topo_order() if o.provenance] == [
+        ("n.a", ["n.a_1"]), ("n.b", ["n.b"]), ("n", ["n"])]
 
 
 def test_one_to_one_lowering_keeps_node_and_value_names(tmp_path):
@@ -933,3 +929,49 @@ rule cast {
     assert g.value("n.t").shape == (6,) and g.value("n.t").dtype == np.float32
     assert g.value("n.c").shape == (6,) and g.value("n.c").dtype == np.float16
     assert g.value("n").shape == (2, 3)  # the root's result keeps its own type
+
+
+@pytest.mark.xfail(strict=True, reason="bug: emission does not check that a root result is produced only once; "
+                                       "(with rules the checker would refuse) commit raises GraphError out of "
+                                       "Engine.run after detaching the root, leaving the graph half rewritten")
+def test_result_emitted_twice_is_reported_not_half_applied():
+    e = unchecked_engine("""
+rule twice {
+  match y = m.Neg(x)
+  emit {
+    y = qnn.Relu(x)
+    y = qnn.ElementWiseNeg(x)
+  }
+}
+""")
+    b = B()
+    y = b.op("n", "m.Neg", [b.inp("x")])
+    g = b.done(b.op("after", "m.Sin", [y]))
+    before = snapshot(g)
+    out = run(e, g)
+    assert_failed_cleanly(out, g, before, "twice", "node n")
+
+
+def test_cyclic_graph_is_reported_not_lowered(tmp_path):
+    r = rules(tmp_path, """
+rule neg {
+  match y = m.Neg(x)
+  emit y = qnn.ElementWiseNeg(x)
+}
+
+rule sin_to_cos {
+  match y = m.Sin(x)
+  emit y = m.Cos(x)
+}
+""")
+    b = B()
+    x = b.inp("x")
+    n1 = b.op("n1", "m.Neg", [x])
+    n2 = b.op("n2", "m.Neg", [n1])
+    g = b.done(n2)
+    g.set_operand(g.op("n1"), 0, n2)  # n1 <-> n2
+    out = run(r, g)
+    found = by_code(out, "cycle")
+    assert found  # (currently reported twice: once per phase)
+    assert all("n1" in d.message and "n2" in d.message and d.is_error for d in found)
+    assert g.op("n1").type == "m.Neg" and g.op("n2").type == "m.Neg"

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from qlower.api import Rules, load_registry, load_rules
