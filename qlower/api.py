@@ -147,13 +147,20 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
     if backend not in BACKENDS:
         raise QlowerError(error(f"unknown backend {backend}", hint=f"one of {', '.join(BACKENDS)}",
                                 code="backend"))
+    from qlower.graph.check import check_graph
+
     timings: dict[str, float] = {}
     ops_in = len(graph)
     with _no_gc():
         t0 = time.perf_counter()
+        problems = check_graph(graph, decls=rules.ruleset.ops, cycles=False)
+        timings["check"] = time.perf_counter() - t0
+        if any(d.is_error for d in problems):
+            return LowerResult(graph, None, backend, problems, {}, timings, ops_in, rules.sources)
+        t0 = time.perf_counter()
         engine = rules.engine(backend)
         outcome = engine.run(graph)
-        diags = list(outcome.diagnostics)
+        diags = problems + list(outcome.diagnostics)
         if float16 is None:
             float16 = backend == "htp"
         if float16 and outcome.ok:

@@ -139,7 +139,7 @@ def lower(args: argparse.Namespace) -> int:
     if result.ok:
         _progress(args, f"writing artifacts to {outdir}")
         written = result.save(outdir, converter_command=" ".join(["qlower", "lower", *sys.argv[2:]]))
-    result.timings["load"] = t_load
+    result.timings["load"] = t_load + result.timings.get("check", 0.0)  # reading includes checking the input
     result.timings["total"] = time.perf_counter() - t0
     if args.timings:
         t = result.timings

@@ -33,13 +33,19 @@ class OpDeclLike(Protocol):
 
 
 def check_graph(graph: Graph, *, decls: Mapping[str, OpDeclLike] | None = None,
-                need_shapes: bool = False) -> list[Diagnostic]:
-    """Diagnostics for `graph`, errors and warnings in a deterministic order (empty when all is well)."""
+                need_shapes: bool = False, cycles: bool = True) -> list[Diagnostic]:
+    """Diagnostics for `graph`, errors and warnings in a deterministic order (empty when all is well).
+
+    Ops of a dialect that `decls` declares must be declared and match their arity;
+    ops of other dialects (e.g. `qnn`, checked by the op definitions) are not judged
+    here. `cycles=False` skips the cycle search for callers that order the graph anyway.
+    """
     out: list[Diagnostic] = []
     live = {id(op) for op in graph.ops}
     out += _check_values(graph, live, need_shapes)
     out += _check_ops(graph, live, decls)
-    out += _check_cycles(graph, live)
+    if cycles:
+        out += _check_cycles(graph, live)
     return out
 
 
@@ -85,6 +91,8 @@ def _check_values(graph: Graph, live: set[int], need_shapes: bool) -> Iterable[D
 
 def _check_ops(graph: Graph, live: set[int], decls: Mapping[str, OpDeclLike] | None) -> Iterable[Diagnostic]:
     """Unused results, unknown op types and arity against declarations."""
+    dialects = {t.split(".", 1)[0] for t in decls} if decls is not None else set()
+    fine: set[tuple[str, int, int, tuple[bool, ...]]] = set()  # (type, #operands, #results, absent) known good
     for op in graph.ops:
         if op.results and not any(r.users or r.is_output for r in op.results):
             yield warning(f"the results of {_where(op)} are never used and are not graph outputs",
@@ -93,10 +101,18 @@ def _check_ops(graph: Graph, live: set[int], decls: Mapping[str, OpDeclLike] | N
             continue
         decl = decls.get(op.type)
         if decl is None:
-            yield error(f"{_where(op)} has an undeclared op type `{op.type}`", subject=f"node {op.name}",
-                        code="unknown-op", hint=did_you_mean(op.type, decls))
+            if op.type.split(".", 1)[0] in dialects:
+                yield error(f"{_where(op)} has an undeclared op type `{op.type}`", subject=f"node {op.name}",
+                            code="unknown-op", hint=did_you_mean(op.type, decls))
             continue
-        yield from _check_arity(op, decl)
+        key = (op.type, len(op.operands), len(op.results), tuple(v is None for v in op.operands))
+        if key in fine:
+            continue
+        found = list(_check_arity(op, decl))
+        if found:
+            yield from found
+        else:
+            fine.add(key)
 
 
 def _check_arity(op: Op, decl: OpDeclLike) -> Iterable[Diagnostic]:
