@@ -247,18 +247,11 @@ class Graph:
             new.is_output = True
 
     def remove_op(self, op: Op) -> None:
-        """Remove an op; its results must have no users left."""
+        """Remove an op; its results must have no users left (they stay in the graph, unproduced)."""
         for r in op.results:
             if r.users:
                 raise GraphError(f"cannot remove {op.name}: result {r.name} is still used")
-        for i, v in enumerate(op.operands):
-            if v is not None:
-                v.users.remove((op, i))
-        for r in op.results:
-            r.producer = None
-        self.nx.remove_node(op)
-        del self._ops[op.name]
-        op.dead = True
+        self.detach_op(op)
 
     def set_operand(self, op: Op, index: int, new: Value | None) -> None:
         """Point operand `index` of `op` at `new`."""

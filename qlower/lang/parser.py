@@ -324,39 +324,19 @@ class _Name(str):
         return str, (str(self),)
 
 
-def _first(x):
-    """(line, column) where the first token under x starts, or None."""
+def _edge(x, first: bool):
+    """(line, column) where the first token under x starts, or (end_line, end_column) where
+    the last one ends; None when x holds no token."""
     if x is None:
         return None
     if isinstance(x, _TOKENS):
-        return x.line, x.column
-    if isinstance(x, Span):
-        return x.line, x.column
-    span = getattr(x, "span", None)
+        return (x.line, x.column) if first else (x.end_line, x.end_column)
+    span = x if isinstance(x, Span) else getattr(x, "span", None)
     if span is not None:
-        return span.line, span.column
+        return (span.line, span.column) if first else (span.end_line, span.end_column)
     items = x.items if isinstance(x, (_Params, _Props)) else x if isinstance(x, (list, tuple)) else ()
-    for y in items:
-        r = _first(y)
-        if r is not None:
-            return r
-    return None
-
-
-def _last(x):
-    """(end_line, end_column) where the last token under x ends, or None."""
-    if x is None:
-        return None
-    if isinstance(x, _TOKENS):
-        return x.end_line, x.end_column
-    if isinstance(x, Span):
-        return x.end_line, x.end_column
-    span = getattr(x, "span", None)
-    if span is not None:
-        return span.end_line, span.end_column
-    items = x.items if isinstance(x, (_Params, _Props)) else x if isinstance(x, (list, tuple)) else ()
-    for y in reversed(items):
-        r = _last(y)
+    for y in (items if first else reversed(items)):
+        r = _edge(y, first)
         if r is not None:
             return r
     return None
@@ -365,8 +345,8 @@ def _last(x):
 def _with_span(f, data, children, meta):
     """Give each builder method the node's span (from all its tokens, punctuation and
     keywords included) and its children without the anonymous tokens."""
-    first = _first(children)
-    last = _last(children)
+    first = _edge(children, True)
+    last = _edge(children, False)
     file = _FILE.get()
     span = Span(file, first[0], first[1], last[0], last[1]) if first and last else Span(file, 1, 1, 1, 2)
     anon = _anonymous()
