@@ -18,6 +18,7 @@ def _progress(args: argparse.Namespace, text: str) -> None:
 
 
 def _write_json_atomic(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
@@ -60,7 +61,10 @@ def fmt(args: argparse.Namespace) -> int:
             raise QlowerError(error(f"no such file or folder: {p}", code="io"))
     unformatted = []
     for f in files:
-        text = f.read_text(encoding="utf-8")
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise QlowerError(error(f"cannot read rule file {f}: {exc}", code="io")) from None
         new = format_text(text, str(f))
         if args.stdout:
             sys.stdout.write(new)

@@ -202,11 +202,11 @@ class GraphBuilder:
 
     def _keep_known(self, op: str, attrs: dict[str, Any]) -> dict[str, Any]:
         """Drop attributes the current schema no longer has (consumed_inputs, broadcast, is_test, ...)."""
-        schema = self._schema(op, EVAL_OPSET) or self._schema(op, 10 ** 4)
-        if schema is None:
+        schemas = [s for s in (self._schema(op, EVAL_OPSET), self._schema(op, 10 ** 4)) if s is not None]
+        if not schemas:
             return attrs
         params = {p.attr for p in PARAM_INPUTS.get(op, ())}
-        return {k: v for k, v in attrs.items() if k in schema.attributes or k in params}
+        return {k: v for k, v in attrs.items() if k in params or any(k in s.attributes for s in schemas)}
 
     def _outputs(self, n: Any, schema: Any, name: str) -> list[str]:
         """Output names with unused optional trailing outputs dropped; gaps get placeholder names."""

@@ -171,12 +171,13 @@ def fold_qdq(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], types: Mapp
                 res.quant_consts[y] = (np.asarray(consts[x]), p.quant)
                 res.encodings[y] = (p.dtype, p.quant)
                 drop.add(id(dq))
-        elif x in graph_inputs and y not in graph_outputs:
+        elif x in graph_inputs:
             dtype = types.get(x, (None, None))[0]
             p = _params(dq, consts, dtype, rank(x))
             if p is not None and x not in res.encodings:
                 res.encodings[x] = (p.dtype, p.quant)
-                res.aliases[y] = x
-                drop.add(id(dq))
+                if y not in graph_outputs:
+                    res.aliases[y] = x
+                    drop.add(id(dq))
     res.nodes = [n for n in nodes if id(n) not in drop]
     return res

@@ -152,7 +152,7 @@ class Graph:
                   data: np.ndarray | None = None) -> Value:
         if name in self._values:
             raise GraphError(f"duplicate value name {name}")
-        if shape is not None and type(shape) is not tuple:
+        if shape is not None:
             shape = tuple(map(int, shape))
         v = Value(name, dtype if isinstance(dtype, np.dtype) else np.dtype(dtype), shape, quant, data)
         self._values[name] = v
@@ -234,6 +234,8 @@ class Graph:
 
     def replace_uses(self, old: Value, new: Value) -> None:
         """Point every user of `old` at `new` (graph outputs included)."""
+        if old is new:
+            return
         g = self.nx
         for user, idx in old.users:
             user.operands[idx] = new

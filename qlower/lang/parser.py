@@ -311,6 +311,18 @@ def _token_span(file: str, tok: Token) -> Span:
     return Span(file, line, col, tok.end_line or line, tok.end_column or col + 1)
 
 
+class _Dims(tuple):
+    """A shape pattern's dims that remember the span of their brackets."""
+
+    def __new__(cls, items, span: Span) -> _Dims:
+        self = super().__new__(cls, items)
+        self.span = span
+        return self
+
+    def __reduce__(self):
+        return tuple, (tuple(self),)
+
+
 class _Name(str):
     """A dotted name (`mllm.Repeat`) that remembers where it was written, so nodes
     starting with one get their span; it is a plain string in every other respect."""
@@ -525,11 +537,11 @@ class _Builder(Transformer):
             elif isinstance(c, _TOKENS):
                 dtype = str(c)
             elif isinstance(c, tuple):
-                shape = c
+                shape = tuple(c)
         return ast.ValueType(const, dtype, shape, span=self._s(meta))
 
     def shape_pat(self, meta, ch):
-        return tuple(c for c in ch if c is not None)
+        return _Dims((c for c in ch if c is not None), meta)
 
     def dim_int(self, meta, ch):
         return ast.DimPat("int", _int(ch[0], self.file), span=self._s(meta))

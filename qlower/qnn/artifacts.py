@@ -10,6 +10,7 @@ and leaves earlier outputs untouched.
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from collections.abc import Callable
@@ -38,7 +39,16 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
     qlower command line that produced the graph). Output is byte-identical for
     identical input. Raises QlowerError if the graph cannot be written.
     """
-    outdir = Path(outdir)
+    enabled = gc.isenabled()
+    gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
+    try:
+        return _save(graph, Path(outdir), converter_command, copyright_str)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: str) -> list[Path]:
     layout = emit_bin.plan(graph)
     text_args = {"converter_command": converter_command, "copyright_str": copyright_str, "layout": layout}
     writers: list[tuple[str, Callable[[BinaryIO], None]]] = [

@@ -22,7 +22,6 @@ from qlower.diagnostics import QlowerError, error
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import EncodingKind, QnnGraph, QnnTensor, TensorParam, TensorType
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _NON_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_]")
 _MEMBER_MODE = 0o644
 _BLOCK = tarfile.BLOCKSIZE
@@ -38,7 +37,7 @@ for _dt in DataType:
 
 
 def _is_ident(name: str) -> bool:
-    return name.isascii() and name.isidentifier()  # == _IDENT for ASCII text
+    return name.isascii() and name.isidentifier()  # i.e. [A-Za-z_][A-Za-z0-9_]*
 
 
 def _renames(odd: Iterable[str], taken: Callable[[str], bool]) -> dict[str, str]:
@@ -261,9 +260,7 @@ def plan(graph: QnnGraph) -> Layout:
                 total += count
         if t.encoding is not None:
             _check_encoding(t, f"tensor '{name}'")
-        if kind is STATIC:
-            pass
-        elif kind is APP_WRITE:
+        if kind is APP_WRITE:
             writes.append((i, name))
         elif kind is APP_READ:
             reads.append((i, name))

@@ -240,14 +240,17 @@ def _to_result(r: np.ndarray, spec: OutSpec | None) -> np.ndarray:
     return r
 
 
-def _opset_for(op: str) -> int:
+def _opset_for(op: str, attr_names: Sequence[str] = ()) -> int:
+    """EVAL_OPSET, or the newest opset for ops (or attributes) that came later."""
     from onnx import defs
 
     try:
-        defs.get_schema(op, EVAL_OPSET, "")
-        return EVAL_OPSET
+        schema = defs.get_schema(op, EVAL_OPSET, "")
     except Exception:
         return defs.onnx_opset_version()
+    if any(a not in schema.attributes for a in attr_names if not a.startswith("_")):
+        return defs.onnx_opset_version()
+    return EVAL_OPSET
 
 
 def _attribute(schema: Any, name: str, value: Any):
@@ -289,7 +292,7 @@ def _model(op: str, attrs: Mapping[str, Any], args: Sequence[Any], n_out: int, s
 
     from qlower.frontends.onnx_types import numpy_to_onnx
 
-    opset = _opset_for(op)
+    opset = _opset_for(op, [k for k, v in attrs.items() if v is not None])
     try:
         schema = defs.get_schema(op, opset, "")
     except Exception:

@@ -240,6 +240,11 @@ class EmitProgram:
             raise EmitFailure(str(exc), item.span) from None
         plan = Plan()
         produced = [env[n] for n in self.root_results]
+        if len(produced) != len(results):
+            for r in results:
+                if r not in produced and (r.users or r.is_output):
+                    raise EmitFailure(f"result {r.name} is still used but the rule does not produce it",
+                                      self.rule.rule.span)
         plan.ops.append(NewOp(op_type, operands, produced, attrs, names[0] if names else op_type))
         ops = root.operands
         k = len(operands)
@@ -269,6 +274,10 @@ class EmitProgram:
                 vals = env.get(name)
                 if not isinstance(vals, list):
                     raise EmitFailure(f"`{name}` is not a list of values", span)
+                for v in vals:
+                    if id(v) in rebound and id(v) not in produced:
+                        raise EmitFailure(f"using {v.name} here would make the result depend on itself (a cycle)",
+                                          span)
                 operands.extend(vals)
             elif kind == "none":
                 operands.append(None)
@@ -300,6 +309,8 @@ class EmitProgram:
                 raise EmitFailure(f"{op_type}: {exc}", item.span) from None
         if item.binders.rest and self.root_rest and names[0] == self.root_results[0]:
             results = list(env[names[0]])
+            if any(id(v) in produced for v in results):
+                raise EmitFailure(f"results {names[0]} are produced twice", item.span)
             produced.update(id(v) for v in results)
             plan.ops.append(NewOp(op_type, operands, results, attrs, names[0]))
             return
@@ -310,6 +321,8 @@ class EmitProgram:
         for i, name in enumerate(names):
             if name in self.root_results and not item.binders.rest:
                 v = env[name]
+                if id(v) in produced:
+                    raise EmitFailure(f"result {name} is produced twice", item.span)
                 results.append(v)
                 produced.add(id(v))
                 continue
@@ -352,8 +365,7 @@ class EmitProgram:
         if name not in self.root_results or not isinstance(target, Value):
             env[name] = src
             return
-        if target.is_output and (getattr(src, "is_input", False) or getattr(src, "data", None) is not None
-                                 or getattr(src, "is_output", False)):
+        if target.is_output:  # graph outputs keep their names: another rule must copy instead
             raise EmitFailure(f"cannot alias graph output {target.name} to {src.name}", item.span, soft=True)
         plan.aliases.append((target, src))
         produced.add(id(target))

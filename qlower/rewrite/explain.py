@@ -139,6 +139,25 @@ def explain_rule(rule: ast.Rule, engine: Any, op: Op, backend: str | None) -> st
     compiled = next((r for r in engine.all_rules if r.name == rule.name), None)
     if compiled is not None and not compiled.allowed_on(backend):
         return f"{head}: not used on {backend}: it is for {', '.join(sorted(compiled.backends or ()))}"
+    from qlower.rewrite.compile import FAIL, GuardError
+    from qlower.rewrite.emit import EmitFailure
+
+    real = None
+    if compiled is not None:
+        try:
+            real = compiled.match(op)
+        except GuardError as exc:
+            return f"{head}: a guard or let fails to evaluate: {exc}{_at(exc.span)}"
+    if real is not None:  # the real matcher (with full backtracking) decides; explain only what it found
+        if FAIL in real:
+            return f"{head}: matches and reports an error: {real[FAIL][0]}"
+        try:
+            plan = engine.programs[rule.name].plan(real, op, backend)
+        except EmitFailure as exc:
+            return f"{head}: matches, but cannot emit: {exc}{_at(exc.span)}"
+        ops = ", ".join(o.type for o in plan.ops) or "no ops (an alias)"
+        return f"{head}: matches; would emit {ops}"
+    # no match: walk the pattern the talkative way to say where the first attempt stops
     t = _Tracer(engine_decls(engine), engine.functions)
     env: dict = {}
     matches = rule.matches
@@ -156,27 +175,13 @@ def explain_rule(rule: ast.Rule, engine: Any, op: Op, backend: str | None) -> st
                     raise _Stop("the guard is false", s.span)
             elif isinstance(s, ast.Let):
                 env[s.name] = compile_expr(s.expr, bound, engine.functions)(env)
-            elif isinstance(s, ast.Fail):
-                msg = compile_expr(s.message, bound, engine.functions)(env)
-                return f"{head}: matches and reports an error: {msg}"
     except _Stop as exc:
         trace = "".join(f"\n    ok: {s}" for s in t.steps)
         return f"{head}: no match{trace}\n    stops: {exc}{_at(exc.span)}"
     except EvalError as exc:
         return f"{head}: a guard or let fails to evaluate: {exc}"
-    # the pattern and guards hold: would it emit?
-    real = compiled.match(op) if compiled is not None else None
-    if real is None:
-        return f"{head}: the pattern and guards hold, but interior values are used outside the pattern " \
-               f"(mark the pattern `shared` to allow that)"
-    from qlower.rewrite.emit import EmitFailure
-
-    try:
-        plan = engine.programs[rule.name].plan(real, op, backend)
-    except EmitFailure as exc:
-        return f"{head}: matches, but cannot emit: {exc}{_at(exc.span)}"
-    ops = ", ".join(o.type for o in plan.ops) or "no ops (an alias)"
-    return f"{head}: matches; would emit {ops}"
+    return f"{head}: the pattern and guards hold, but interior values are used outside the pattern " \
+           f"(mark the pattern `shared` to allow that)"
 
 
 def engine_decls(engine: Any):

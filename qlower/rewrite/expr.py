@@ -43,10 +43,10 @@ def _sub(a, b):
 
 
 def _mul(a, b):
-    if isinstance(a, list) and isinstance(b, int) and not isinstance(b, bool):
-        return a * max(b, 0)
-    if isinstance(b, list) and isinstance(a, int) and not isinstance(a, bool):
-        return b * max(a, 0)
+    if isinstance(a, list) and isinstance(b, (int, np.integer)) and not isinstance(b, bool):
+        return a * max(int(b), 0)
+    if isinstance(b, list) and isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+        return b * max(int(a), 0)
     return _num(a, "*") * _num(b, "*")
 
 

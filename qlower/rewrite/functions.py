@@ -55,6 +55,26 @@ class RangeEncoding:
     hi: float
 
 
+def _extreme(fn, xs: tuple) -> Any:
+    """min/max of several numbers, or of one list of numbers; a single number is itself."""
+    if len(xs) == 1:
+        return fn(xs[0]) if isinstance(xs[0], (list, tuple)) else xs[0]
+    return fn(xs)
+
+
+def _text(x: Any) -> str:
+    """A value as the language writes it (true, false, none)."""
+    if x is True:
+        return "true"
+    if x is False:
+        return "false"
+    if x is None:
+        return "none"
+    if isinstance(x, list):
+        return "[" + ", ".join(_text(i) for i in x) + "]"
+    return str(x)
+
+
 def _shape(v) -> list[int]:
     if v.shape is None:
         raise EvalError(f"value {v.name} has no known shape")
@@ -147,14 +167,14 @@ _BUILTINS: tuple[Function, ...] = (
     Function("const_value", ("value",), "tensor", _const_value, doc="constant data"),
     Function("len", ("list[any]",), "int", lambda xs: len(xs)),
     Function("range", ("int", "int"), "list[int]", _range, optional=1),
-    Function("min", ("number*",), "number", lambda *xs: min(xs[0]) if len(xs) == 1 else min(xs)),
-    Function("max", ("number*",), "number", lambda *xs: max(xs[0]) if len(xs) == 1 else max(xs)),
+    Function("min", ("number*",), "number", lambda *xs: _extreme(min, xs)),
+    Function("max", ("number*",), "number", lambda *xs: _extreme(max, xs)),
     Function("abs", ("number",), "number", abs),
     Function("sum", ("list[number]",), "number", lambda xs: sum(xs)),
     Function("prod", ("list[int]",), "int", _prod),
     Function("reversed", ("list[any]",), "list[any]", lambda xs: list(reversed(xs))),
     Function("index_of", ("list[any]", "any"), "int", _index_of),
-    Function("str", ("any",), "str", lambda x: str(x)),
+    Function("str", ("any",), "str", lambda x: _text(x)),
     Function("int", ("number",), "int", lambda x: int(x)),
     Function("float", ("number",), "float", lambda x: float(x)),
     Function("normdim", ("int", "int"), "int", _normdim, doc="negative dim → positive, checked"),
@@ -407,6 +427,17 @@ def _einsum_matmul(equation: str) -> list[bool]:
     return [am == k + m, bm == n + k]
 
 
+def _ratios(a: list, b: list) -> list[float]:
+    if len(a) != len(b) or any(float(x) == 0 for x in a):
+        raise EvalError(f"cannot divide {b} by {a} elementwise")
+    return [float(y) / float(x) for x, y in zip(a, b)]
+
+
+def _allclose(a: list, b: list, rtol: float = 1e-6) -> bool:
+    return len(a) == len(b) and bool(np.allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=rtol,
+                                                 atol=0.0))
+
+
 def _item(t: Any) -> Any:
     arr = np.asarray(t)
     if arr.size != 1:
@@ -438,6 +469,9 @@ _BUILTINS = _BUILTINS + (
     Function("dim_sizes", ("list[value]", "int"), "list[int]", _dim_sizes, doc="each value's size along a dim"),
     Function("sqrt", ("tensor",), "tensor", _sqrt, doc="elementwise square root of static data"),
     Function("item", ("tensor",), "number", _item, doc="the one element of static data, as a number"),
+    Function("ratios", ("list[number]", "list[number]"), "list[float]", _ratios, doc="b[i] / a[i] for each i"),
+    Function("allclose", ("list[number]", "list[number]", "number"), "bool", _allclose, optional=1,
+             doc="same length and equal within a relative tolerance (default 1e-6)"),
     Function("einsum_matmul", ("str",), "list[bool]", _einsum_matmul,
              doc="[transpose_a, transpose_b] of an einsum equation that is a batched matrix product"),
     Function("broadcast_multiples", ("list[int]", "list[int]"), "list[int]", _broadcast_multiples,

@@ -167,29 +167,28 @@ class PatternCompiler:
         return body
 
     def _attrs(self, pat: ast.OpPattern):
-        checks: list[tuple[str, str, Any, Any]] = []
+        checks: list[tuple[str, str, Any, dict[str, Any]]] = []
         for ap in pat.attrs:
             if ap.kind == "any":
                 continue
-            default = _MISSING
+            defaults: dict[str, Any] = {}  # per op type: with `A | B` each type keeps its own default
             for t in pat.op_types:
                 decl = self.decls.get(t)
-                if decl is not None:
-                    for ad in decl.attrs:
-                        if ad.name == ap.name and ad.default is not None:
-                            from qlower.rewrite.expr import constant
-                            default = constant(ad.default, self.functions)
-            checks.append((ap.name, ap.kind, ap.value, default))
+                for ad in (decl.attrs if decl is not None else ()):
+                    if ad.name == ap.name and ad.default is not None:
+                        from qlower.rewrite.expr import constant
+                        defaults[t] = constant(ad.default, self.functions)
+            checks.append((ap.name, ap.kind, ap.value, defaults))
         if not checks:
             return None
 
         def attrs(op: Op, env: Env) -> list[str] | None:
             added: list[str] = []
             a = op.attrs
-            for name, kind, value, default in checks:
-                got = a.get(name, default)
+            for name, kind, value, defaults in checks:
+                got = a.get(name, _MISSING)
                 if got is _MISSING:
-                    got = None
+                    got = defaults.get(op.type)
                 if kind == "literal":
                     if not _same_literal(got, value):
                         for x in added:
@@ -348,6 +347,10 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
     types = frozenset(pat.op_types)
     attrs = compiler._attrs(pat)
     n = len(caps)
+    # trailing untyped `_` may stand for absent optional operands (shorter operand lists)
+    least = n
+    while least and caps[least - 1] == (None, None):
+        least -= 1
     results = tuple(binders)
     nres = len(results)
     swap = commutative and n == 2
@@ -379,7 +382,7 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
         m = len(ops)
         while m > n and ops[m - 1] is None:
             m -= 1
-        if m != n:
+        if m > n or m < least:
             return None
         env = bind(op, ops)
         if env is None and swap:

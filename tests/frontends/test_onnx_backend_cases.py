@@ -71,20 +71,52 @@ def lowered_ops(rules) -> set[str]:
     return ops
 
 
+# Inputs QNN needs static (weights, normalisation statistics, quantization parameters), beyond the
+# parameter inputs the frontend turns into attributes. Cases feed them as graph inputs; here they
+# become initializers holding the case's data, as a deployed model has them.
+STATIC_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "BatchNormalization": (1, 2, 3, 4),
+                 "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2)}
+
+
+def _freeze_static_inputs(model, inputs: list[np.ndarray]):
+    """The model with graph inputs at parameter/static positions turned into initializers."""
+    from onnx import numpy_helper
+
+    from qlower.reference.onnx_kernels import PARAM_INPUTS
+
+    init = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in init]
+    data = dict(zip(names, inputs))
+    static = set()
+    for n in model.graph.node:
+        positions = {p.index for p in PARAM_INPUTS.get(n.op_type, ())} | set(STATIC_INPUTS.get(n.op_type, ()))
+        static |= {n.input[i] for i in positions if i < len(n.input) and n.input[i] in data}
+    if not static:
+        return model, inputs
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = [i for i in m.graph.input if i.name not in static]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.graph.initializer.extend(numpy_helper.from_array(np.asarray(data[name]), name) for name in sorted(static))
+    return m, [data[i.name] for i in keep if i.name in data]
+
+
 def _small(case) -> bool:
     arrays = [a for inputs, outputs in case.data_sets[:1] for a in list(inputs) + list(outputs)]
     return all(isinstance(a, np.ndarray) and a.dtype.kind in "biuf" and a.size <= MAX_ELEMENTS for a in arrays)
 
 
-def _feeds(graph, model, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+def _feeds(qnn, model, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """The case's inputs in the lowered graph's stored form (int64 → int32, scalars → [1])."""
     init = {i.name for i in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in init]
     feeds = {}
     for name, a in zip(names, inputs):
-        v = graph.value(name) if graph.has_value(name) else None
-        if v is None or not v.is_input:
-            continue
-        feeds[name] = np.asarray(a).astype(v.dtype)
+        t = qnn.tensors.get(name)
+        if t is not None and name in qnn.inputs:
+            a = np.asarray(a)
+            feeds[name] = (a.astype(np.int32) if a.dtype == np.int64 else a).reshape(t.dims)
     return feeds
 
 
@@ -110,6 +142,8 @@ def run_case(case, rules, ops: set[str]) -> Outcome | None:
     model = case.model
     if any(n.domain not in ("", "ai.onnx") or n.op_type not in ops for n in model.graph.node) or not _small(case):
         return None
+    inputs, expected = case.data_sets[0]
+    model, inputs = _freeze_static_inputs(model, list(inputs))
     try:
         graph = load_onnx(model)
     except QlowerError as exc:
@@ -118,9 +152,8 @@ def run_case(case, rules, ops: set[str]) -> Outcome | None:
     result = qlower.lower(graph, rules, backend="cpu")
     if not result.ok:
         return Outcome(case.name, "not lowered", str(result.errors[0]).splitlines()[0] if result.errors else "")
-    inputs, expected = case.data_sets[0]
     try:
-        got = run_dequantized(result.qnn, _feeds(graph, model, list(inputs)))
+        got = run_dequantized(result.qnn, _feeds(result.qnn, model, inputs))
     except (QlowerError, ValueError, KeyError) as exc:
         return Outcome(case.name, "run error", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
     rtol, atol = max(case.rtol, 1e-4), max(case.atol, 1e-5)

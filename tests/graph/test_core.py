@@ -70,16 +70,11 @@ def test_add_value_normalizes_dtype_and_shape():
     check_consistent(g)
 
 
-NUMPY_SHAPE_BUG = pytest.mark.xfail(
-    strict=True, reason="bug: add_value keeps a shape tuple as given, so numpy integer dims stay numpy "
-                        "integers (dim captures then bind np.int64 and `[1] * n` fails to evaluate)")
-
-
 @pytest.mark.parametrize("shape", [
     [np.int64(2), 3],
     np.array([2, 3]),
-    pytest.param((np.int64(2), np.int32(3)), marks=NUMPY_SHAPE_BUG),
-    pytest.param(tuple(np.array([2, 3])), marks=NUMPY_SHAPE_BUG),
+    pytest.param((np.int64(2), np.int32(3))),
+    pytest.param(tuple(np.array([2, 3]))),
 ])
 def test_shape_dims_are_python_ints(shape):
     g = Graph()
@@ -290,8 +285,6 @@ def test_replace_uses_moves_users_and_outputs():
     check_consistent(g)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: replace_uses(v, v) appends to the list it iterates over and never "
-                                       "ends (here stopped by a guard after 100 entries)")
 def test_replace_uses_with_itself_is_a_no_op():
     class Bounded(list):
         def append(self, item):

@@ -505,8 +505,6 @@ rule loop {{
     g.topo_order()  # still acyclic
 
 
-@pytest.mark.xfail(strict=True, reason="bug: spreading a list (`vs...`) that holds the root's result skips the "
-                                       "cycle check: the emitted op consumes its own result")
 def test_cycle_through_a_spread_list_is_reported(tmp_path):
     r = rules(tmp_path, """
 rule loop_list {
@@ -547,9 +545,6 @@ rule only_lo {
     assert "mm.1" in by_code(out, "emit-error")[0].message
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a one-op emit for a root matched as `lo, _ = ...` skips the "
-                                       "'result still used but not produced' check: the used result `hi` is "
-                                       "left without a producer")
 @pytest.mark.parametrize("used_by", ["op", "output"])
 def test_unnamed_used_result_left_unproduced_is_reported(tmp_path, used_by):
     r = rules(tmp_path, """
@@ -865,9 +860,6 @@ def test_alias_of_an_output_to_an_input_is_skipped_for_the_next_candidate(tmp_pa
     assert [v.name for v in g.outputs] == ["rep"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a graph output is aliased away when the alias source is an "
-                                       "intermediate value: the output is renamed (docs: 'A graph output cannot "
-                                       "be aliased away')")
 def test_graph_outputs_keep_their_names_through_aliases(tmp_path):
     r = rules(tmp_path, ALIAS_RULES)
     b = B()
@@ -931,9 +923,6 @@ rule cast {
     assert g.value("n").shape == (2, 3)  # the root's result keeps its own type
 
 
-@pytest.mark.xfail(strict=True, reason="bug: emission does not check that a root result is produced only once; "
-                                       "(with rules the checker would refuse) commit raises GraphError out of "
-                                       "Engine.run after detaching the root, leaving the graph half rewritten")
 def test_result_emitted_twice_is_reported_not_half_applied():
     e = unchecked_engine("""
 rule twice {

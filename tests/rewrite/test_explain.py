@@ -172,8 +172,6 @@ def test_shape_constraint(rules, graph):
     assert f"{where.rsplit(':', 1)[0]}:" in line  # file and line
 
 
-@pytest.mark.xfail(strict=True, reason="bug (parser, since 530101d): the span of a value type written as a bare "
-                                       "shape pattern `x: [n, n]` starts at the first dim, one column after `[`")
 def test_shape_constraint_column(rules, graph):
     s = section(explain(graph, rules, "neg", backend="htp"), "neg_square")
     assert stop_line(s).endswith(f"({at(rules, '[n, n]')})")
@@ -346,13 +344,6 @@ def test_alternatives_list_why_each_option_fails(more):
     assert "m.Relu" in line and "m.Neg" in line and "node mul is m.Mul" in line
 
 
-EXPLAIN_BACKTRACK_BUG = pytest.mark.xfail(
-    strict=True, reason="bug: explain commits to the first operand order / alternative that fits the pattern and "
-                        "reports 'the guard is false', while the matcher backtracks into the next one and applies "
-                        "the rule")
-
-
-@EXPLAIN_BACKTRACK_BUG
 @pytest.mark.parametrize("node, rule", [("max", "max_input_first"), ("n2", "neg_of_neg")])
 def test_explain_backtracks_like_the_matcher(more, node, rule):
     r, g = more

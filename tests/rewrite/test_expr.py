@@ -303,13 +303,9 @@ def test_builtin_function_errors(src, fragment):
     assert fragment in evaluation_error(src)
 
 
-MIN_ONE_ARG = pytest.mark.xfail(strict=True, reason="bug: min/max of a single number (accepted by the checker, "
-                                                    "signature `number*`) raise `'int' object is not iterable`")
-
-
 @pytest.mark.parametrize("src, expected", [
-    pytest.param("min(7)", 7, marks=MIN_ONE_ARG),
-    pytest.param("max(7)", 7, marks=MIN_ONE_ARG),
+    pytest.param("min(7)", 7),
+    pytest.param("max(7)", 7),
     ("min([7])", 7),
 ])
 def test_min_max_of_one_argument(src, expected):
@@ -538,10 +534,7 @@ def test_sqrt():
 
 @pytest.mark.parametrize("n", [
     2,
-    pytest.param(np.int64(2), marks=pytest.mark.xfail(
-        strict=True, reason="bug: list repetition rejects numpy integers (`[1] * n` with n = np.int64(2) raises "
-                            "'`*` needs numbers'), though arithmetic accepts them; dims of shapes given as "
-                            "numpy tuples reach rules this way")),
+    pytest.param(np.int64(2)),
 ])
 def test_list_repetition_by_any_integer(n):
     assert ev("[1] * n", n=n) == [1, 1]
