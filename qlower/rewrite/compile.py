@@ -90,6 +90,17 @@ def _bound_names(rule: ast.Rule) -> set[str]:
     return names
 
 
+def _ops_matched(p: Any) -> int:
+    """How many ops a pattern matches (the default benefit); an alternative counts its largest option."""
+    if isinstance(p, ast.OpPattern):
+        return 1 + sum(_ops_matched(o) for o in p.operands)
+    if isinstance(p, ast.NamedNested):
+        return _ops_matched(p.pattern)
+    if isinstance(p, ast.Alternatives):
+        return max((_ops_matched(o) for o in p.options), default=0)
+    return 0
+
+
 def _steps(rule: ast.Rule, bound: set[str], functions: FunctionTable) -> list[tuple[str, Any, Span | None]]:
     """Guards, lets and the fail message, compiled, in the order the rule states them."""
     steps: list[tuple[str, Any, Span | None]] = []
@@ -184,7 +195,7 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
 
     emitted = [i for i in rule.emits if isinstance(i, ast.EmitOp)]
     lowering = all(i.op.startswith("qnn.") for i in emitted)
-    benefit = rule.benefit if rule.benefit is not None else pc.op_count
+    benefit = rule.benefit if rule.benefit is not None else sum(_ops_matched(m.pattern) for m in matches)
     return CompiledRule(rule.name, rule, order, benefit,
                         frozenset(rule.backends) if rule.backends is not None else None,
                         tuple(root.pattern.op_types), lowering, match)
