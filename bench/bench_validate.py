@@ -67,7 +67,7 @@ def bench(path: Path, rules, backend: str, repeat: int) -> None:
         conv.append((c, w))
         diags, c, w = _timed(lambda: validate_graph(qg, rules.registry, backend))
         val.append((c, w))
-        del qg
+        qg = None  # freed before the next conversion
     errors = sum(d.is_error for d in diags)
 
     def line(label: str, runs: list[tuple[float, float]]) -> str:

@@ -35,6 +35,9 @@ class Rules:
     registry: Any  # qlower.qnn.opdef.OpDefRegistry
     functions: FunctionTable
     kernels: Mapping[str, Mapping[str, Kernel]]
+    # Engines compiled per backend; an Engine is reusable across graphs, so lowering many
+    # graphs with one rule set compiles the rules once.
+    _engines: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     @property
     def sources(self) -> SourceCache:
@@ -43,8 +46,11 @@ class Rules:
     def engine(self, backend: str | None):
         from qlower.rewrite.driver import Engine
 
-        return Engine(self.ruleset.rules, self.ruleset.ops, registry=self.registry, backend=backend,
-                      functions=self.functions)
+        got = self._engines.get(backend)
+        if got is None:
+            got = self._engines[backend] = Engine(self.ruleset.rules, self.ruleset.ops, registry=self.registry,
+                                                  backend=backend, functions=self.functions)
+        return got
 
 
 def load_registry(opdefs: Sequence[str | Path] = ()):

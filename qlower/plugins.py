@@ -72,7 +72,7 @@ def builtin_plugin() -> Plugin:
     patterns = _resources.data_dir("patterns")
     packs = {p.name: p for p in sorted(patterns.iterdir()) if p.is_dir()} if patterns.is_dir() else {}
     kernels: dict[str, Mapping[str, Kernel]] = {"mllm": MLLM_KERNELS}
-    if importlib.util.find_spec("onnx") is not None:  # the optional extra qlower[onnx]
+    if _importable("onnx"):  # the optional extra qlower[onnx]; onnx itself is imported on first use
         from qlower.reference.onnx_kernels import OnnxKernels
 
         kernels["onnx"] = OnnxKernels()
@@ -81,6 +81,13 @@ def builtin_plugin() -> Plugin:
 
         kernels["aten"] = AtenKernels(declared_aten_ops(packs["aten"]))
     return Plugin("qlower", packs, ROPE_FUNCTIONS, kernels, (), builtin_frontends())
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module blocked in sys.modules has no spec
+        return False
 
 
 def merge(plugins: Iterable[Plugin]) -> Contributions:

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from qlower.diagnostics import Diagnostic, Note, Severity, did_you_mean, error, warning
+from qlower.diagnostics import Diagnostic, Note, did_you_mean, error, warning
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import PACKAGE, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
 from qlower.qnn.opdef import (
@@ -661,8 +661,8 @@ class _OpCheck:
             io = plan.opdef.inputs[di]
             supp = plan.targets.get(io.name)
             if t is not None and supp and supp.only_default and _applies(set(supp.only_default), matched):
-                self.err("input-default-only", f"optional input in[{i}] `{self.name('in', i, t.name)}` is not supported on "
-                                               f"{self.v.label}; omit it")
+                self.err("input-default-only", f"optional input in[{i}] `{self.name('in', i, t.name)}` is not "
+                                               f"supported on {self.v.label}; omit it")
 
     # ------------------------------------------------------------ shapes
 

@@ -38,6 +38,7 @@ class CompiledRule:
     match: Callable[[Op], Env | None] = attrs.field(repr=False)
     location: str = attrs.field(default=attrs.Factory(
         lambda self: str(self.rule.span) if self.rule.span else "<unknown>", takes_self=True))
+    program: Any = attrs.field(default=None, repr=False, eq=False)  # its EmitProgram, set by the engine
 
     def allowed_on(self, backend: str | None) -> bool:
         return backend is None or self.backends is None or backend in self.backends

@@ -73,15 +73,17 @@ class Engine:
         self.programs: dict[str, EmitProgram] = {}
         for i, rule in enumerate(rules):
             c = compile_rule(rule, i, decls, self.functions)
+            program = EmitProgram(c, registry, self.functions, _bound_names(rule))
+            object.__setattr__(c, "program", program)  # rule and its emission travel together
             compiled.append(c)
-            self.programs[c.name] = EmitProgram(c, registry, self.functions, _bound_names(rule))
+            self.programs[c.name] = program
         self.all_rules = tuple(compiled)
         self.lowering = RuleIndex.build([c for c in compiled if c.lowering], backend)
         self.source = RuleIndex.build([c for c in compiled if not c.lowering], backend)
 
     # ------------------------------------------------------------------ run
     def run(self, graph: Graph, *, budget_factor: int = 8) -> Outcome:
-        out = Outcome(graph, [], {}, collections.defaultdict(RuleStats))
+        out = Outcome(graph, [], {}, {r.name: RuleStats() for r in self.all_rules})
         reasons: dict[int, list[str]] = collections.defaultdict(list)
         if self.source.rules:
             self._source_phase(graph, out, reasons, budget_factor)
@@ -129,7 +131,7 @@ class Engine:
                 failed.add(id(op))
                 return None
             try:
-                plan = self.programs[rule.name].plan(env, op, self.backend)
+                plan = rule.program.plan(env, op, self.backend)
             except EmitFailure as exc:
                 if exc.soft:
                     reasons[id(op)].append((rule.name, str(exc)))

@@ -368,24 +368,27 @@ def _ceil_pads(pads: list[list[int]], spatial: list[int], kernel: list[int], str
 
 def _conv_transpose_pads(auto_pad: str, pads: list[int], spatial: list[int], out: list[int], kernel: list[int],
                          strides: list[int], dilations: list[int], output_padding: list[int]) -> list[list[int]]:
-    """Per-dim [begin, end] cropping of a transposed convolution, from explicit pads or, for auto_pad or a
-    given output shape, from the output size: total = s·(in − 1) + output_padding + (k − 1)·d + 1 − out."""
+    """Per-dim [begin, end, output_padding] of a transposed convolution, from explicit pads or, for auto_pad
+    or a given output shape, from the output size: total = s·(in − 1) + output_padding + (k − 1)·d + 1 − out
+    is cropped (split by auto_pad), and a negative total becomes extra output padding."""
     n = len(spatial)
     strides = list(strides) or [1] * n
     dilations = list(dilations) or [1] * n
     output_padding = list(output_padding) or [0] * n
-    if auto_pad == "VALID":
-        return [[0, 0] for _ in range(n)]
+    if auto_pad == "VALID" and not out:
+        return [[0, 0, p] for p in output_padding]
     if auto_pad in ("NOTSET", "") and pads:
-        return _pad_pairs(pads)
+        return [pair + [p] for pair, p in zip(_pad_pairs(pads), output_padding)]
     res = []
     for i in range(n):
         total = int(strides[i]) * (int(spatial[i]) - 1) + int(output_padding[i]) + (int(kernel[i]) - 1) * int(
             dilations[i]) + 1 - int(out[i])
-        if total < 0:
-            raise EvalError(f"output size {out[i]} is larger than the transposed convolution produces")
+        if total < 0:  # a larger output than the op computes: the extra rows are output padding
+            res.append([0, 0, int(output_padding[i]) - total])
+            continue
         half = total // 2
-        res.append([half, total - half] if auto_pad == "SAME_UPPER" else [total - half, half])
+        res.append(([half, total - half] if auto_pad == "SAME_UPPER" else [total - half, half])
+                   + [int(output_padding[i])])
     return res
 
 
@@ -427,6 +430,21 @@ def _einsum_matmul(equation: str) -> list[bool]:
     return [am == k + m, bm == n + k]
 
 
+def _pick(xs: list, indices: list[int]) -> list:
+    try:
+        return [xs[int(i)] for i in indices]
+    except IndexError:
+        raise EvalError(f"indices {indices} out of range for {xs}") from None
+
+
+def _columns(rows: list, a: int, b: int | None = None) -> list:
+    """Column `a` of each row, or the columns a..b-1 (as lists) when `b` is given."""
+    try:
+        return [r[int(a)] if b is None else list(r[int(a):int(b)]) for r in rows]
+    except (IndexError, TypeError):
+        raise EvalError(f"rows {rows} have no column {a}") from None
+
+
 def _ratios(a: list, b: list) -> list[float]:
     if len(a) != len(b) or any(float(x) == 0 for x in a):
         raise EvalError(f"cannot divide {b} by {a} elementwise")
@@ -464,12 +482,15 @@ _BUILTINS = _BUILTINS + (
              _ceil_pads, doc="pooling pads with the end extended so floor rounding counts windows like ceil"),
     Function("conv_transpose_pads", ("str", "list[int]", "list[int]", "list[int]", "list[int]", "list[int]",
                                      "list[int]", "list[int]"), "list[list[int]]", _conv_transpose_pads,
-             doc="transposed-convolution cropping from auto_pad, pads, input and output sizes, kernel, "
-                 "strides, dilations, output_padding"),
+             doc="[begin, end, output_padding] per dim of a transposed convolution from auto_pad, pads, input "
+                 "and output sizes, kernel, strides, dilations, output_padding"),
     Function("dim_sizes", ("list[value]", "int"), "list[int]", _dim_sizes, doc="each value's size along a dim"),
     Function("sqrt", ("tensor",), "tensor", _sqrt, doc="elementwise square root of static data"),
     Function("item", ("tensor",), "number", _item, doc="the one element of static data, as a number"),
     Function("ratios", ("list[number]", "list[number]"), "list[float]", _ratios, doc="b[i] / a[i] for each i"),
+    Function("pick", ("list[any]", "list[int]"), "list[any]", _pick, doc="the items at the given indices"),
+    Function("columns", ("list[list[any]]", "int", "int"), "list[any]", _columns, optional=1,
+             doc="column a of each row, or the columns a..b-1 of each row"),
     Function("allclose", ("list[number]", "list[number]", "number"), "bool", _allclose, optional=1,
              doc="same length and equal within a relative tolerance (default 1e-6)"),
     Function("einsum_matmul", ("str",), "list[bool]", _einsum_matmul,
