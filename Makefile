@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,onnx]' -e tests/example_plugin
+	$(PY) -m pip install --quiet -e '.[test,onnx,torch]' -e tests/example_plugin 'transformers>=4.45'
 	touch $(STAMP)
 
 install: $(STAMP)

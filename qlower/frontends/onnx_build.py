@@ -196,6 +196,8 @@ class GraphBuilder:
             return [self._upsample(n, name, inputs, outputs, attrs)]
         if op in _SOFTMAX_LIKE and self.opset < 13:
             return self._legacy_softmax(name, op, inputs, outputs, attrs)
+        if op == "GroupNormalization" and self.opset < 21:
+            inputs = self._per_channel_group_params(name, inputs, int(attrs.get("num_groups", 1)))
         if op == "Concat" and "axis" not in attrs:
             attrs["axis"] = 1  # Concat-1's default
         return [Spec(op, inputs, outputs, self._keep_known(op, attrs), name)]
@@ -234,6 +236,23 @@ class GraphBuilder:
                "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
         return Spec("Resize", [inputs[0], "", scales or ""], outputs, new, name)
 
+    def _per_channel_group_params(self, name: str, inputs: list[str], groups: int) -> list[str]:
+        """GroupNormalization-18 scales and shifts per group; from opset 21 per channel: repeat them."""
+        shape = self.shape_of(inputs[0])
+        if shape is None or len(shape) < 2 or any(i not in self.consts for i in inputs[1:3]):
+            raise _fail(f"node {name}: GroupNormalization before opset 21 needs constant scale and bias and a "
+                        "static input shape", subject=f"node {name}")
+        out = [inputs[0]]
+        for i, tag in zip(inputs[1:3], ("scale", "bias")):
+            per_group = np.asarray(self.consts[i]).reshape(-1)
+            if per_group.size == groups:
+                fresh = f"{name}.{tag}_per_channel"
+                self.consts[fresh] = np.repeat(per_group, shape[1] // groups)
+                out.append(fresh)
+            else:
+                out.append(i)
+        return out
+
     def _legacy_softmax(self, name: str, op: str, inputs: list[str], outputs: list[str],
                         attrs: dict) -> list[Spec]:
         """Before opset 13 softmax ran over the input flattened to 2-D at `axis` (default 1)."""
@@ -270,8 +289,9 @@ class GraphBuilder:
 
     def infer_missing(self, graph: Graph) -> None:
         """Shapes inference left open (e.g. behind folded constants), from one-node inference."""
-        from qlower.reference.onnx_kernels import infer_shapes
+        from qlower.reference.onnx_kernels import OnnxKernels, infer_shapes
 
+        kernels = OnnxKernels(cache_size=16)
         for op in graph.topo_order():
             if not op.type.startswith("onnx.") or all(r.shape is not None for r in op.results):
                 continue
@@ -279,7 +299,10 @@ class GraphBuilder:
                 continue
             operands = [None if v is None else v.data if v.data is not None and v.quant is None
                         else (np.float32 if v.quant is not None else v.dtype, v.shape) for v in op.operands]
-            for r, got in zip(op.results, infer_shapes(op.type[5:], op.attrs, operands, len(op.results))):
+            found = infer_shapes(op.type[5:], op.attrs, operands, len(op.results))
+            if any(f is None for f in found):
+                found = _shapes_by_running(op, operands, kernels)
+            for r, got in zip(op.results, found):
                 if r.shape is None and got is not None:
                     r.shape = got[1]
 
@@ -292,6 +315,20 @@ class GraphBuilder:
                         subject=f"tensor {missing[0].name}",
                         hint="QNN graphs are static: pass input_shapes for symbolic inputs, or export with "
                              "fixed shapes")
+
+
+def _shapes_by_running(op: Any, operands: list, kernels: Any, limit: int = 1 << 20) -> list:
+    """Result shapes from evaluating the op on zeros, for what shape inference leaves open (small inputs only)."""
+    from qlower.reference.spec import KernelError, OutSpec
+
+    args = [a if a is None or isinstance(a, np.ndarray) else np.zeros(a[1], a[0]) for a in operands]
+    if sum(a.size for a in args if a is not None) > limit:
+        return [None] * len(op.results)
+    try:
+        outs = kernels[op.type[5:]](args, op.attrs, [OutSpec(None, r.dtype) for r in op.results])
+    except (KernelError, KeyError, ValueError, TypeError, IndexError):
+        return [None] * len(op.results)
+    return [(np.asarray(o).dtype, tuple(np.shape(o))) for o in outs]
 
 
 def _as_attr(data: np.ndarray, kind: str) -> Any:

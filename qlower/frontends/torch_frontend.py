@@ -146,7 +146,7 @@ class _Importer:
         return self.graph
 
     # ------------------------------------------------------------- values
-    def _value(self, name: str, val: Any, data: np.ndarray | None = None) -> Value:
+    def _value(self, name: str, val: Any) -> Value:
         subject = f"tensor {name}"
         if not isinstance(val, self.torch.Tensor):
             raise _fail(f"expected a tensor, got {type(val).__name__}", subject=subject, code="not-a-tensor",
@@ -154,7 +154,7 @@ class _Importer:
         dt = dtype_name(val.dtype)
         if dt not in DTYPE_NAMES:
             raise _fail(f"dtype {val.dtype} has no QNN counterpart", subject=subject, code="dtype")
-        return self.graph.add_value(self.graph.fresh_value_name(name), dt, _static_shape(val, subject), data=data)
+        return self.graph.add_value(self.graph.fresh_value_name(name), dt, _static_shape(val, subject))
 
     def _placeholder(self, node: Any, spec: Any, inputs: list[Value]) -> None:
         kind = spec.kind.name if spec is not None else "USER_INPUT"

@@ -107,6 +107,7 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
     layouts: dict[tuple[str, tuple[str, ...]], list[tuple[str, Any, bool | None, DataType | None]]] = {}
     opdefs: dict[str, Any] = {}
     qtypes: dict[str, str] = {}
+    scalars: dict[tuple, ScalarParam] = {}  # ScalarParam is immutable: ops with equal params share one
     STATIC, NATIVE = TensorType.STATIC, TensorType.NATIVE
 
     def tensor_of(v: Value) -> str:
@@ -188,7 +189,17 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
                     scalar = not isinstance(value, (list, tuple, np.ndarray))
                 if scalar:
                     dt = fixed if fixed is not None else _param_datatype(pdef, value)
-                    params.append(ScalarParam(name, dt, value.item() if isinstance(value, np.generic) else value))
+                    if isinstance(value, np.generic):
+                        value = value.item()
+                    tv = type(value)
+                    if tv is bool or tv is int or tv is str:
+                        skey = (name, dt, tv, value)
+                        sp = scalars.get(skey)
+                        if sp is None:
+                            sp = scalars[skey] = ScalarParam(name, dt, value)
+                        params.append(sp)
+                    else:
+                        params.append(ScalarParam(name, dt, value))
                 else:
                     arr = np.asarray(value)
                     dt = _param_datatype(pdef, arr)

@@ -10,21 +10,27 @@ and the kernels, so the two always agree on this mapping:
   Tensor[] spreads into variadic operands). For Tensor?[] (the indices of
   `index`) only the present tensors are operands; the attribute
   `<arg>_pos` lists their positions in the list.
-* A Scalar argument is a (0-d constant) operand when another overload of the
-  same op takes a Tensor under that name (`mul.Scalar` → `aten.mul(x, c)`,
-  `pow.Tensor_Scalar`, `where.ScalarOther`); other Scalars (`alpha`,
+* A Scalar argument is a constant operand when another overload of the same
+  op takes a Tensor under that name (`mul.Scalar` → `aten.mul(x, c)`,
+  `pow.Tensor_Scalar`, `where.ScalarOther`); so is a number passed where the
+  schema wants a Tensor (`add.Tensor(x, 1)`). The importer gives it shape [1]
+  (0-d next to 0-d tensors) and the dtype ATen's promotion would; kernels pass
+  such one-element operands back to ATen as numbers. Other Scalars (`alpha`,
   `fill_value`, `arange` bounds) are attributes.
 * Every other argument is an attribute named as in the schema; dtypes are
   dtype names. Device, layout, memory format, pin_memory and non_blocking are
   dropped: they do not change values.
 * Functional overloads of one op share the type `aten.<name>` when they agree
-  on operands, result count and attribute kinds. Overloads that disagree form
+  on operands, result count and attribute kinds, and one's required attributes
+  include the other's (`view(size)` and `view(dtype)` do not). Overloads that disagree form
   their own groups: the largest group (ties: the one with `default`, then
   `Tensor`) keeps `aten.<name>`, the others are `aten.<name>_<overload>`
   (`aten.squeeze_dims`, `aten.max_dim`, `aten.repeat_interleave_self_int`).
 * int64 becomes int32 and float64/bfloat16 become float32: QNN computes in
   neither. Kernels widen int32 operands to int64 before calling ATen (as the
   exported model computed) and narrow results to the declared dtypes.
+* Ops that draw random numbers have no reference semantics, except without
+  dropout (`dropout_p` or `p` 0, `train` false).
 """
 
 from __future__ import annotations
@@ -344,6 +350,13 @@ class AtenKernels(Mapping[str, Kernel]):
         self._ops = AtenOps()
         self._names = None if names is None else tuple(sorted(set(names)))
         self._made: dict[str, Kernel] = {}
+
+    @property
+    def available(self) -> bool:
+        """Whether torch (the extra qlower[torch]) is installed, without importing it."""
+        import importlib.util
+
+        return importlib.util.find_spec("torch") is not None
 
     def __getitem__(self, name: str) -> Kernel:
         if name not in self._made:

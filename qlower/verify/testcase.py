@@ -295,3 +295,15 @@ class RuleTest:
                     f"{where}: output {name} differs from the source semantics beyond {kind}: max error "
                     f"{float(np.max(err)):.6g}; first at {list(idx)}: lowered {have[idx]:.6g}, source "
                     f"{want[idx]:.6g}\n  inputs: {inputs_text}")
+
+
+def missing_semantics(test, rules) -> str | None:
+    """A dialect the test graph uses whose reference kernels are not available (an extra not installed)."""
+    for s in test.body:
+        if isinstance(s, ast.TestGraph):
+            for node in s.nodes:
+                dialect = node.op.split(".", 1)[0]
+                table = rules.kernels.get(dialect)
+                if table is None or not getattr(table, "available", True):
+                    return dialect
+    return None

@@ -141,6 +141,21 @@ def test_upsample_becomes_resize():
     assert op.attrs["scales"] == [1.0, 1.0, 2.0, 3.0] and op.attrs["coordinate_transformation_mode"] == "asymmetric"
 
 
+def test_group_norm_18_scales_become_per_channel():
+    x = np.random.default_rng(0).standard_normal((1, 4, 2, 2)).astype(np.float32)
+    m = model([h.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)], [("x", T.FLOAT, [1, 4, 2, 2])],
+              [("y", T.FLOAT, None)], [arr("s", [2.0, 3.0]), arr("b", [0.5, -0.5])], opset=18)
+    g = load_onnx(m)
+    op = op_of(g, "onnx.GroupNormalization")
+    assert op.operands[1].data.tolist() == [2.0, 2.0, 3.0, 3.0] and op.operands[2].data.tolist() == [0.5, 0.5, -0.5, -0.5]
+    xg = x.reshape(1, 2, -1)
+    want = ((xg - xg.mean(-1, keepdims=True)) / np.sqrt(xg.var(-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    want = want * np.repeat([2.0, 3.0], 2).reshape(1, 4, 1, 1) + np.repeat([0.5, -0.5], 2).reshape(1, 4, 1, 1)
+    from qlower.reference.source import run_graph
+
+    np.testing.assert_allclose(run_graph(g, {"x": x}, {"onnx": OnnxKernels()})["y"], want, rtol=1e-4, atol=1e-5)
+
+
 def test_cast_to_names_a_dtype():
     m = model([h.make_node("Cast", ["x"], ["y"], to=T.INT64)], [("x", T.FLOAT, [3])], [("y", T.INT64, None)])
     g = load_onnx(m)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning")  # torch's own pytree deprecation
 
 import qlower  # noqa: E402
 from qlower.diagnostics import QlowerError  # noqa: E402

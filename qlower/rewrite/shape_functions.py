@@ -1,0 +1,239 @@
+"""Built-in .qpat functions for what framework ops carry as parameters: slices with axes and
+steps, paddings (auto_pad, ceil mode, transposed convolutions), broadcasts, einsum equations,
+and small helpers on lists and static data. Part of the built-in table (`builtin_functions`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qlower.rewrite.functions import EvalError, Function, _normdim, _shape
+
+
+def _normdims(dims: list[int], rank: int) -> list[int]:
+    return [_normdim(int(d), rank) for d in dims]
+
+
+def _strided_ranges(starts: list[int], ends: list[int], axes: list[int], steps: list[int],
+                    shape: list[int]) -> list[list[int]]:
+    """numpy/ONNX slices of some axes (negative indices wrap, out-of-range clamps) → StridedSlice ranges."""
+    rank = len(shape)
+    axes = list(range(len(starts))) if not axes else _normdims(axes, rank)
+    steps = [1] * len(starts) if not steps else list(steps)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise EvalError(f"slice needs as many starts, ends, axes and steps; got {starts}, {ends}, {axes}, {steps}")
+    out = [[0, int(n), 1] for n in shape]
+    for b, e, a, s in zip(starts, ends, axes, steps):
+        if int(s) == 0:
+            raise EvalError("slice step 0")
+        b2, e2, s2 = slice(int(b), int(e), int(s)).indices(int(shape[a]))
+        if (e2 - b2) * s2 <= 0:
+            raise EvalError(f"slice [{b}:{e}:{s}] of dim {a} ({shape[a]}) is empty")
+        out[a] = [b2, e2, s2]
+    return out
+
+
+def _reverse_end_mask(ranges: list[list[int]]) -> int:
+    """StridedSlice end_mask bits for rows whose negative stride runs down to index 0 (end -1)."""
+    return sum(1 << i for i, (_, e, s) in enumerate(ranges) if int(s) < 0 and int(e) < 0)
+
+
+def _pad_pairs(pads: list[int]) -> list[list[int]]:
+    """[b1, ..., bn, e1, ..., en] (ONNX pads) → [[b1, e1], ..., [bn, en]] (QNN pad_amount)."""
+    if len(pads) % 2:
+        raise EvalError(f"pads {pads} do not have a begin and an end per dim")
+    n = len(pads) // 2
+    return [[int(pads[i]), int(pads[i + n])] for i in range(n)]
+
+
+def _conv_pads(auto_pad: str, pads: list[int], spatial: list[int], kernel: list[int], strides: list[int],
+               dilations: list[int]) -> list[list[int]]:
+    """Padding of a convolution or pooling window per dim, resolving auto_pad (NOTSET, VALID, SAME_UPPER/LOWER)."""
+    n = len(spatial)
+    strides = list(strides) or [1] * n
+    dilations = list(dilations) or [1] * n
+    if auto_pad in ("NOTSET", ""):
+        return _pad_pairs(pads) if pads else [[0, 0] for _ in range(n)]
+    if auto_pad == "VALID":
+        return [[0, 0] for _ in range(n)]
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise EvalError(f"unknown auto_pad {auto_pad}")
+    out = []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations):
+        total = max((-(-int(size) // int(s)) - 1) * int(s) + (int(k) - 1) * int(d) + 1 - int(size), 0)
+        small = total // 2
+        out.append([small, total - small] if auto_pad == "SAME_UPPER" else [total - small, small])
+    return out
+
+
+def _ceil_pads(pads: list[list[int]], spatial: list[int], kernel: list[int], strides: list[int],
+               dilations: list[int]) -> list[list[int]]:
+    """End padding that makes a floor-rounded pooling window count equal the ceil-rounded one
+    (the last window must still start inside the input or its begin padding)."""
+    n = len(spatial)
+    strides = list(strides) or [1] * n
+    dilations = list(dilations) or [1] * n
+    out = []
+    for (b, e), size, k, s, d in zip(pads, spatial, kernel, strides, dilations):
+        span = int(size) + int(b) + int(e) - ((int(k) - 1) * int(d) + 1)
+        count = -(-span // int(s)) + 1
+        if (count - 1) * int(s) >= int(size) + int(b):
+            count -= 1
+        extra = max((count - 1) * int(s) - span, 0)
+        out.append([int(b), int(e) + extra])
+    return out
+
+
+def _conv_transpose_pads(auto_pad: str, pads: list[int], spatial: list[int], out: list[int], kernel: list[int],
+                         strides: list[int], dilations: list[int], output_padding: list[int]) -> list[list[int]]:
+    """Per-dim [begin, end, output_padding] of a transposed convolution, from explicit pads or, for auto_pad
+    or a given output shape, from the output size: total = s·(in − 1) + output_padding + (k − 1)·d + 1 − out
+    is cropped (split by auto_pad), and a negative total becomes extra output padding."""
+    n = len(spatial)
+    strides = list(strides) or [1] * n
+    dilations = list(dilations) or [1] * n
+    output_padding = list(output_padding) or [0] * n
+    if auto_pad == "VALID" and not out:
+        return [[0, 0, p] for p in output_padding]
+    if auto_pad in ("NOTSET", "") and pads:
+        return [pair + [p] for pair, p in zip(_pad_pairs(pads), output_padding)]
+    res = []
+    for i in range(n):
+        total = int(strides[i]) * (int(spatial[i]) - 1) + int(output_padding[i]) + (int(kernel[i]) - 1) * int(
+            dilations[i]) + 1 - int(out[i])
+        if total < 0:  # a larger output than the op computes: the extra rows are output padding
+            res.append([0, 0, int(output_padding[i]) - total])
+            continue
+        half = total // 2
+        res.append(([half, total - half] if auto_pad == "SAME_UPPER" else [total - half, half])
+                   + [int(output_padding[i])])
+    return res
+
+
+def _dim_sizes(values: list, axis: int) -> list[int]:
+    return [_shape(v)[_normdim(axis, len(_shape(v)))] for v in values]
+
+
+def _broadcast_multiples(shape: list[int], target: list[int]) -> list[int]:
+    """How often each dim repeats when `shape` broadcasts to `target` (same rank; 1s stretch)."""
+    if len(shape) != len(target):
+        raise EvalError(f"shapes {shape} and {target} have different ranks")
+    out = []
+    for s, t in zip(shape, target):
+        if s != t and s != 1:
+            raise EvalError(f"shape {shape} does not broadcast to {target}")
+        out.append(int(t) if s != t else 1)
+    return out
+
+
+def _einsum_matmul(equation: str) -> list[bool]:
+    """[transpose_a, transpose_b] when an einsum equation is a (batched) matrix product, else an error."""
+    eq = equation.replace(" ", "")
+    try:
+        lhs, out = eq.split("->")
+        a, b = lhs.split(",")
+    except ValueError:
+        raise EvalError(f"einsum {equation!r} is not a two-operand product with an explicit output") from None
+    batch = a[:-2]
+    if "." in eq or len(a) < 2 or b[:-2] != batch or out[:-2] != batch or len(b) != len(a) or len(out) != len(a):
+        raise EvalError(f"einsum {equation!r} is not a batched matrix product")
+    am, bm, om = a[-2:], b[-2:], out[-2:]
+    shared = set(am) & set(bm)
+    if len(shared) != 1 or len(set(am + bm)) != 3 or set(batch) & set(am + bm):
+        raise EvalError(f"einsum {equation!r} is not a batched matrix product")
+    k = shared.pop()
+    m, n = am.replace(k, ""), bm.replace(k, "")
+    if om != m + n:
+        raise EvalError(f"einsum {equation!r} is not a batched matrix product")
+    return [am == k + m, bm == n + k]
+
+
+def _pick(xs: list, indices: list[int]) -> list:
+    try:
+        return [xs[int(i)] for i in indices]
+    except IndexError:
+        raise EvalError(f"indices {indices} out of range for {xs}") from None
+
+
+def _columns(rows: list, a: int, b: int | None = None) -> list:
+    """Column `a` of each row, or the columns a..b-1 (as lists) when `b` is given."""
+    try:
+        return [r[int(a)] if b is None else list(r[int(a):int(b)]) for r in rows]
+    except (IndexError, TypeError):
+        raise EvalError(f"rows {rows} have no column {a}") from None
+
+
+def _ratios(a: list, b: list) -> list[float]:
+    if len(a) != len(b) or any(float(x) == 0 for x in a):
+        raise EvalError(f"cannot divide {b} by {a} elementwise")
+    return [float(y) / float(x) for x, y in zip(a, b)]
+
+
+def _allclose(a: list, b: list, rtol: float = 1e-6) -> bool:
+    return len(a) == len(b) and bool(np.allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=rtol,
+                                                 atol=0.0))
+
+
+def _item(t: Any) -> Any:
+    arr = np.asarray(t)
+    if arr.size != 1:
+        raise EvalError(f"expected a single element, got a tensor of shape {list(arr.shape)}")
+    return arr.reshape(-1)[0].item()
+
+
+def _sqrt(x: Any) -> Any:
+    return np.sqrt(np.asarray(x, dtype=np.float64) if not isinstance(x, np.ndarray) else x)
+
+
+def _frame_indices(frames: int, length: int, step: int) -> np.ndarray:
+    """[frames, length] int32 positions of overlapping frames: row f is f·step .. f·step + length − 1."""
+    if frames < 1 or length < 1 or step < 1:
+        raise EvalError(f"no frames for frames={frames}, length={length}, step={step}")
+    return (np.arange(frames)[:, None] * int(step) + np.arange(length)[None, :]).astype(np.int32)
+
+
+def _dft_basis(n: int, bins: int) -> list[np.ndarray]:
+    """[cos, −sin] of 2π·t·k/n, each [n, bins]: a real signal's DFT as two matrix products."""
+    if n < 1 or bins < 1:
+        raise EvalError(f"no DFT basis for n={n}, bins={bins}")
+    angle = 2.0 * np.pi * np.outer(np.arange(n), np.arange(bins)) / n
+    return [np.cos(angle).astype(np.float32), (-np.sin(angle)).astype(np.float32)]
+
+
+SHAPE_FUNCTIONS: tuple[Function, ...] = (
+    Function("normdims", ("list[int]", "int"), "list[int]", _normdims, doc="normdim of every dim in a list"),
+    Function("strided_ranges", ("list[int]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[list[int]]",
+             _strided_ranges, doc="numpy-style slices (starts, ends, axes, steps) of a shape → StridedSlice ranges"),
+    Function("reverse_end_mask", ("list[list[int]]",), "int", _reverse_end_mask,
+             doc="end_mask bits for StridedSlice rows with a negative stride that reach index 0"),
+    Function("pad_pairs", ("list[int]",), "list[list[int]]", _pad_pairs,
+             doc="[begins..., ends...] → [[begin, end], ...]"),
+    Function("conv_pads", ("str", "list[int]", "list[int]", "list[int]", "list[int]", "list[int]"),
+             "list[list[int]]", _conv_pads,
+             doc="per-dim [begin, end] padding from auto_pad, pads, spatial size, kernel, strides, dilations"),
+    Function("ceil_pads", ("list[list[int]]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[list[int]]",
+             _ceil_pads, doc="pooling pads with the end extended so floor rounding counts windows like ceil"),
+    Function("conv_transpose_pads", ("str", "list[int]", "list[int]", "list[int]", "list[int]", "list[int]",
+                                     "list[int]", "list[int]"), "list[list[int]]", _conv_transpose_pads,
+             doc="[begin, end, output_padding] per dim of a transposed convolution from auto_pad, pads, input "
+                 "and output sizes, kernel, strides, dilations, output_padding"),
+    Function("dim_sizes", ("list[value]", "int"), "list[int]", _dim_sizes, doc="each value's size along a dim"),
+    Function("sqrt", ("tensor",), "tensor", _sqrt, doc="elementwise square root of static data"),
+    Function("item", ("tensor",), "number", _item, doc="the one element of static data, as a number"),
+    Function("ratios", ("list[number]", "list[number]"), "list[float]", _ratios, doc="b[i] / a[i] for each i"),
+    Function("pick", ("list[any]", "list[int]"), "list[any]", _pick, doc="the items at the given indices"),
+    Function("columns", ("list[list[any]]", "int", "int"), "list[any]", _columns, optional=1,
+             doc="column a of each row, or the columns a..b-1 of each row"),
+    Function("allclose", ("list[number]", "list[number]", "number"), "bool", _allclose, optional=1,
+             doc="same length and equal within a relative tolerance (default 1e-6)"),
+    Function("frame_indices", ("int", "int", "int"), "tensor", _frame_indices,
+             doc="[frames, length] positions of frames taken every `step` elements"),
+    Function("dft_basis", ("int", "int"), "list[tensor]", _dft_basis,
+             doc="[cos, -sin] DFT matrices [n, bins] for a real signal of n samples"),
+    Function("einsum_matmul", ("str",), "list[bool]", _einsum_matmul,
+             doc="[transpose_a, transpose_b] of an einsum equation that is a batched matrix product"),
+    Function("broadcast_multiples", ("list[int]", "list[int]"), "list[int]", _broadcast_multiples,
+             doc="per-dim repeat counts that broadcast a shape to a target of the same rank"),
+)
