@@ -339,10 +339,11 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
         add(node_fn(op, tensors))
         if len(parts) >= flush_at:
             out.flush()
-    for n in tensors:
-        if n not in produced and n not in added:
-            added.add(n)
-            add(tensor_fn(tensors[n]))
+    if len(added) < len(tensors) - len(produced):  # (op outputs are graph tensors) some are left
+        for n in tensors:
+            if n not in produced and n not in added:
+                added.add(n)
+                add(tensor_fn(tensors[n]))
     gname = cstr(graph.name)
     add("\n".join(["QNN_API", "ModelError_t QnnModel_composeGraphs("
                    + (",\n" + " " * 36).join(_COMPOSE_ARGS) + ") {", "",
@@ -367,10 +368,11 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
         add(f"  VALIDATE(addNode_{node_cname(op.name, op.name)}({var}), err);\n")
         if len(parts) >= 16 * flush_at:
             out.flush()
-    for n in tensors:
-        if n in added:
-            added.remove(n)
-            add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
+    if added:  # tensors that only the last walk above found
+        for n in tensors:
+            if n in added:
+                added.remove(n)
+                add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
     add("\n".join(["", "  // Add all models to array to get graphsInfo", f"  QnnModel* models [] = {{&{var}}};",
                    "  uint32_t numModels = 1;", "",
                    "  // Populate the constructed graphs in provided output variables",

@@ -194,19 +194,16 @@ class OnnxKernels(Mapping[str, Kernel]):
         try:
             with np.errstate(all="ignore"):  # NaN and inf are legitimate ONNX results
                 results = sess.run(None, feeds)
-        except KernelError:
-            raise
         except Exception as exc:  # the evaluator rejects bad inputs with assorted exception types
             raise KernelError(f"onnx.{op}: {type(exc).__name__}: {exc}") from None
         out = []
         for i, r in enumerate(results[:len(outs)] if outs else results):
             out.append(_to_result(np.asarray(r), outs[i] if i < len(outs) else None))
         if op == "QuantizeLinear" and outs and outs[0].encoding is not None:
-            out[0] = self._dequantized(args, attrs, out[0], np.asarray(results[0]))
+            out[0] = self._dequantized(args, attrs, np.asarray(results[0]))
         return out
 
-    def _dequantized(self, args: list, attrs: Mapping[str, Any], _fallback: np.ndarray,
-                     q: np.ndarray) -> np.ndarray:
+    def _dequantized(self, args: list, attrs: Mapping[str, Any], q: np.ndarray) -> np.ndarray:
         """QuantizeLinear whose result carries an encoding: its real value is DQ(Q(x))."""
         dq_args = [q] + args[1:3]
         dq_attrs = {k: v for k, v in attrs.items() if k in ("axis", "block_size")}

@@ -23,7 +23,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 
 MAX_ELEMENTS = 20_000  # per tensor; keeps the run well under a minute
-MIN_MATCHED = 547  # what the pack achieves today (attempted 718, lowered 554)
+MIN_MATCHED = 549  # what the pack achieves today (attempted 720, lowered 556)
 
 
 @attrs.define
