@@ -1,16 +1,20 @@
-"""The graph every stage works on: op and value nodes in a networkx MultiDiGraph.
+"""The graph every stage works on: op and value nodes, with a networkx MultiDiGraph view.
 
-Edges run value → op (key = operand index) and op → value (key = result
-index). Ops and values also keep their operand/result/user lists, so the
-matcher walks plain Python lists; every mutation goes through `Graph` methods,
-which keep the two views in step. Rewrites that only change an op's type and
-attributes touch neither (the cheap path that lowering takes most often).
+Ops and values keep their operand/result/user lists, so the matcher walks
+plain Python lists. `Graph.nx` is the same graph as a networkx MultiDiGraph
+(edges value → op keyed by operand index, op → value keyed by result index)
+for analysis with networkx's algorithms. It is built on first use and from
+then on kept in step by every `Graph` mutation; a pipeline that never asks
+for it (load → lower → emit) does not pay for it, which on a million-op model
+is about 2 GB and several seconds. Rewrites that only change an op's type and
+attributes touch neither view (the cheap path lowering takes most often).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import attrs
@@ -86,14 +90,22 @@ class Graph:
 
     def __init__(self, name: str = "graph") -> None:
         self.name = name
-        self.nx = nx.MultiDiGraph()
-        self._pending: list[Op | Value] | None = None  # see `bulk()`
+        self._nx: nx.MultiDiGraph | None = None  # built on first use of `nx`
         self._values: dict[str, Value] = {}
         self._ops: dict[str, Op] = {}
         self.inputs: list[Value] = []
         self.outputs: list[Value] = []
 
     # ---------------------------------------------------------------- reading
+    @property
+    def nx(self) -> nx.MultiDiGraph:
+        """The networkx view; treat it as read-only (edit through Graph methods)."""
+        if self._nx is None:
+            g = nx.MultiDiGraph()
+            _index(g, [*self._values.values(), *self._ops.values()])
+            self._nx = g
+        return self._nx
+
     def value(self, name: str) -> Value:
         return self._values[name]
 
@@ -156,10 +168,8 @@ class Graph:
             shape = tuple(map(int, shape))
         v = Value(name, dtype if isinstance(dtype, np.dtype) else np.dtype(dtype), shape, quant, data)
         self._values[name] = v
-        if self._pending is not None:
-            self._pending.append(v)
-        else:
-            self.nx.add_node(v)
+        if self._nx is not None:
+            self._nx.add_node(v)
         return v
 
     def add_op(self, name: str, type: str, operands: Sequence[Value | None], results: Sequence[Value],
@@ -176,10 +186,9 @@ class Graph:
         for r in op.results:
             r.producer = op
         self._ops[name] = op
-        if self._pending is not None:
-            self._pending.append(op)
+        g = self._nx
+        if g is None:
             return op
-        g = self.nx
         g.add_node(op)
         for i, v in enumerate(op.operands):
             if v is not None:
@@ -190,22 +199,15 @@ class Graph:
 
     @contextlib.contextmanager
     def bulk(self) -> Iterator[Graph]:
-        """Build many values and ops, then index them in networkx in one pass.
-
-        Inside the block, `add_value`/`add_op` only record; on exit the
-        MultiDiGraph's adjacency is filled directly, the same structure
-        `add_node`/`add_edge` make, at a fraction of the per-call cost
-        (a million-op model loads in seconds instead of tens of seconds).
-        """
-        if self._pending is not None:
-            yield self
-            return
-        self._pending = []
+        """Build many values and ops, then index them in the networkx view (if any) in one pass."""
+        g, self._nx = self._nx, None
         try:
             yield self
         finally:
-            pending, self._pending = self._pending, None
-            _index(self.nx, pending)
+            if g is not None:
+                existing = set(g)
+                _index(g, [x for x in (*self._values.values(), *self._ops.values()) if x not in existing])
+            self._nx = g
 
     def set_io(self, inputs: Sequence[Value], outputs: Sequence[Value]) -> None:
         for v in self.inputs:
@@ -236,12 +238,13 @@ class Graph:
         """Point every user of `old` at `new` (graph outputs included)."""
         if old is new:
             return
-        g = self.nx
+        g = self._nx
         for user, idx in old.users:
             user.operands[idx] = new
             new.users.append((user, idx))
-            g.remove_edge(old, user, idx)
-            g.add_edge(new, user, idx)
+            if g is not None:
+                g.remove_edge(old, user, idx)
+                g.add_edge(new, user, idx)
         old.users = []
         if old.is_output:
             self.outputs = [new if v is old else v for v in self.outputs]
@@ -258,24 +261,28 @@ class Graph:
     def set_operand(self, op: Op, index: int, new: Value | None) -> None:
         """Point operand `index` of `op` at `new`."""
         old = op.operands[index]
+        g = self._nx
         if old is not None:
             old.users.remove((op, index))
-            self.nx.remove_edge(old, op, index)
+            if g is not None:
+                g.remove_edge(old, op, index)
         op.operands[index] = new
         if new is not None:
             new.users.append((op, index))
-            self.nx.add_edge(new, op, index)
+            if g is not None:
+                g.add_edge(new, op, index)
 
     def replace_result(self, op: Op, index: int, new: Value) -> Value:
         """Make `op` produce `new` in place of its result `index`; returns the old value (now unproduced)."""
         old = op.results[index]
         if new.producer is not None:
             raise GraphError(f"value {new.name} already has producer {new.producer.name}")
-        self.nx.remove_edge(op, old, index)
         old.producer = None
         op.results[index] = new
         new.producer = op
-        self.nx.add_edge(op, new, index)
+        if self._nx is not None:
+            self._nx.remove_edge(op, old, index)
+            self._nx.add_edge(op, new, index)
         return old
 
     def detach_op(self, op: Op) -> None:
@@ -285,14 +292,16 @@ class Graph:
                 v.users.remove((op, i))
         for r in op.results:
             r.producer = None
-        self.nx.remove_node(op)
+        if self._nx is not None:
+            self._nx.remove_node(op)
         del self._ops[op.name]
         op.dead = True
 
     def remove_value(self, v: Value) -> None:
         if v.users or v.producer is not None:
             raise GraphError(f"cannot remove value {v.name}: it is still connected")
-        self.nx.remove_node(v)
+        if self._nx is not None:
+            self._nx.remove_node(v)
         del self._values[v.name]
 
     def rename_value(self, v: Value, name: str) -> None:
@@ -334,12 +343,19 @@ class Graph:
         return (v for v in self._values.values() if v.data is not None)
 
 
+_NO_DATA: Mapping[str, Any] = MappingProxyType({})  # nodes and edges carry no attributes: one shared, read-only
+
+
 def _index(g: nx.MultiDiGraph, items: list) -> None:
-    """Add nodes and their edges (value → op by operand index, op → value by result index)."""
+    """Add nodes and their edges (value → op by operand index, op → value by result index).
+
+    Bulk-built nodes and edges share one read-only attribute mapping (qlower keeps
+    everything on the Op and Value objects), which saves a dict per node and edge.
+    """
     node, succ, pred = g._node, g._succ, g._pred
     for x in items:
         if x not in node:
-            node[x] = {}
+            node[x] = _NO_DATA
             succ[x] = {}
             pred[x] = {}
 
@@ -348,18 +364,18 @@ def _index(g: nx.MultiDiGraph, items: list) -> None:
         if kd is None:
             kd = succ[u][v] = {}
             pred[v][u] = kd
-        kd[key] = {}
+        kd[key] = _NO_DATA
 
     for x in items:
         if isinstance(x, Op):
             for i, v in enumerate(x.operands):
                 if v is not None:
                     if v not in node:
-                        node[v], succ[v], pred[v] = {}, {}, {}
+                        node[v], succ[v], pred[v] = _NO_DATA, {}, {}
                     edge(v, x, i)
             for i, r in enumerate(x.results):
                 if r not in node:
-                    node[r], succ[r], pred[r] = {}, {}, {}
+                    node[r], succ[r], pred[r] = _NO_DATA, {}, {}
                 edge(x, r, i)
     nx._clear_cache(g)
 

@@ -42,7 +42,7 @@ def _parser() -> Lark:
     position propagation), and the AST is built during parsing (no intermediate tree)."""
     grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
     return Lark(grammar, parser="lalr", lexer="contextual", strict=True, keep_all_tokens=True,
-                maybe_placeholders=True, transformer=_Builder(), _plugins=_PLUGINS)
+                maybe_placeholders=True, transformer=_Builder(), _plugins=_PLUGINS, cache=True)
 
 
 @functools.cache
@@ -50,7 +50,7 @@ def _anonymous() -> frozenset[str]:
     """Terminals the grammar writes inline (keywords, punctuation): not values the builder needs."""
     grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
     defined = set(re.findall(r"(?m)^([A-Z_][A-Z0-9_]*)(?:\.\d+)?\s*:", grammar))
-    return frozenset(t.name for t in _diagnosis_parser().terminals if t.name not in defined)
+    return frozenset(t.name for t in _parser().terminals if t.name not in defined)
 
 
 @functools.cache
@@ -58,7 +58,7 @@ def _diagnosis_parser() -> Lark:
     """A tree-building twin of the parser, used only to describe syntax errors (its
     error objects carry the expected-token sets and the parser state)."""
     grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
-    return Lark(grammar, parser="lalr", lexer="contextual", strict=True, maybe_placeholders=True)
+    return Lark(grammar, parser="lalr", lexer="contextual", strict=True, maybe_placeholders=True, cache=True)
 
 
 def parse(text: str, file: str = "<string>") -> ast.Module:
