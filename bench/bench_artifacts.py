@@ -1,6 +1,6 @@
 """Benchmark: `qlower.qnn.artifacts.save` on a lowered workload graph, per op.
 
-    PYTHONPATH=. python bench/bench_artifacts.py bench/work/w25000.json bench/work/art25000 [--repeat 3]
+    PYTHONPATH=. python bench/bench_artifacts.py bench/cache/w25000.json bench/cache/art25000 [--repeat 3]
 
 Loads the graph (make one with `bench/gen_workload.py OUT.json --blocks B`),
 lowers it for the cpu backend with the `mllm` pack, then times `save` alone:

@@ -4,7 +4,7 @@
 
 Lowers the workload graph (4·B ops: chains of MatMul / Sigmoid /
 ElementWiseMultiply / ElementWiseAdd with B small static weights, cached in
-bench/work/) once with the mllm rules, then times `qlower.qnn.convert.to_qnn`
+bench/cache/) once with the mllm rules, then times `qlower.qnn.convert.to_qnn`
 and `qlower.qnn.validate.validate_graph` separately. Process CPU time is the
 headline figure (the machine may be shared); wall time is shown alongside.
 The best of --repeat runs (CPU and wall each) is reported; several --blocks sizes show whether the
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORK = HERE / "work"
+WORK = HERE / "cache"
 
 
 def _timed(fn):

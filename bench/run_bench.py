@@ -2,7 +2,7 @@
 
     python bench/run_bench.py [--sizes 1000,10000,100000,1000000] [--onnxscript]
 
-For each N = 4·B it generates the graph (cached in bench/work/), runs
+For each N = 4·B it generates the graph (cached in bench/cache/), runs
 `qlower lower --timings` in a fresh process, and prints the phase times, the
 per-op cost of the `lower` phase and the peak memory of the process. With
 --onnxscript (needs `pip install onnxscript onnx-ir`), the comparable
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORK = HERE / "work"
+WORK = HERE / "cache"
 
 
 def _run(cmd: list[str]) -> tuple[float, float]:
