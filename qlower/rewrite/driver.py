@@ -98,12 +98,14 @@ class Engine:
             if not op_type.startswith("qnn."):
                 cov[op_type] = Coverage(count=n)
         failed: set[int] = set()
+        by_type = self.lowering.by_type
+        apply = self._apply_first
         for op in reversed(order):
-            if op.dead or op.type.startswith("qnn."):
+            if op.dead or op.type.startswith("qnn."):  # lowering roots at source ops only
                 continue
-            cands = self.lowering.candidates(op.type)
+            cands = by_type.get(op.type)
             if cands:
-                self._apply_first(graph, op, cands, out, reasons, failed)
+                apply(graph, op, cands, out, reasons, failed)
         self._legality(graph, out, reasons, failed)
         out.stats = dict(out.stats)
         return out

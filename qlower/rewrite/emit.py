@@ -67,11 +67,11 @@ class NewOp:
 class Plan:
     __slots__ = ("ops", "values", "aliases", "retype")
 
-    def __init__(self) -> None:
-        self.ops: list[NewOp] = []
+    def __init__(self, ops: list[NewOp] | None = None, retype: bool = False) -> None:
+        self.ops: list[NewOp] = [] if ops is None else ops
         self.values: list[NewValue] = []
         self.aliases: list[tuple[Value, Any]] = []
-        self.retype = False  # one op in place of the root, same operands and results: edit in place
+        self.retype = retype  # one op in place of the root, same operands and results: edit in place
 
 
 def _sig_of(v: Any):
@@ -208,7 +208,10 @@ class EmitProgram:
     def _plan_simple(self, env: Env, root: Op, backend: str | None) -> Plan:
         item, names, params = self._simple
         op_type = item.op
-        if not self.supported(op_type, backend):
+        ok = self._support.get((op_type, backend))
+        if ok is None:
+            ok = self.supported(op_type, backend)
+        if not ok:
             raise EmitFailure(f"{op_type[4:]} is not supported on {backend.upper()}", item.span, soft=True)
         try:
             operands = [env[n] for n in names]
@@ -238,19 +241,17 @@ class EmitProgram:
                 attrs[name] = value
         except EvalError as exc:
             raise EmitFailure(str(exc), item.span) from None
-        plan = Plan()
         produced = [env[n] for n in self.root_results]
         if len(produced) != len(results):
             for r in results:
                 if r not in produced and (r.users or r.is_output):
                     raise EmitFailure(f"result {r.name} is still used but the rule does not produce it",
                                       self.rule.rule.span)
-        plan.ops.append(NewOp(op_type, operands, produced, attrs, names[0] if names else op_type))
         ops = root.operands
         k = len(operands)
-        plan.retype = self._results_in_order and len(produced) == len(results) and operands == ops[:k] and (
-            len(ops) == k or all(o is None for o in ops[k:]))
-        return plan
+        retype = self._results_in_order and len(produced) == len(results) and (
+            operands == ops if len(ops) == k else operands == ops[:k] and all(o is None for o in ops[k:]))
+        return Plan([NewOp(op_type, operands, produced, attrs, names[0] if names else op_type)], retype)
 
     def _lookup(self, env: Env, name: str, span, rebound: set[int], produced: set[int]) -> Any:
         v = env.get(name)
