@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from qlower.diagnostics import QlowerError, Severity, SourceCache, error, render_all
+from qlower.diagnostics import QlowerError, Severity, error, render_all
 
 
 def _progress(args: argparse.Namespace, text: str) -> None:

@@ -31,7 +31,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph

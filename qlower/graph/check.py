@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from qlower.diagnostics import Diagnostic, Note, did_you_mean, error, warning
-from qlower.graph.core import Graph, Op, Value
+from qlower.graph.core import Graph, Op
 
 
 class OperandDeclLike(Protocol):

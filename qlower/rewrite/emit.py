@@ -7,7 +7,6 @@ finished plan, so a rewrite either happens completely or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np

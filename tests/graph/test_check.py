@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
@@ -137,7 +136,8 @@ def test_removed_value_is_reported():
     assert ("foreign-value", "node lin") in codes(check_graph(g2))
 
 
-def test_linear_time_on_a_long_chain():
+def test_long_chain_checks_clean_without_recursion():
+    """A 20k-op chain: no recursion limit hit, no findings (speed is benchmarked, not asserted)."""
     g = Graph()
     prev = g.add_value("x", "float32", (4,))
     for i in range(20000):
@@ -145,6 +145,4 @@ def test_linear_time_on_a_long_chain():
         g.add_op(f"n{i}", "mllm.Add", [prev, prev], [out])
         prev = out
     g.set_io([g.value("x")], [prev])
-    t = time.perf_counter()
     assert check_graph(g, decls=DECLS, need_shapes=True) == []
-    assert time.perf_counter() - t < 2.0

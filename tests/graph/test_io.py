@@ -6,7 +6,6 @@ import json
 import os
 import time
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -472,20 +471,20 @@ def test_round_trip_npz(g, tmp_path_factory):
             assert [n[:-4] for n in z.namelist()] == consts
 
 
-def test_load_speed_smoke(tmp_path):
-    """A 5k-op chain with weights in an npz loads well under a generous bound (benchmarks measure properly)."""
+def test_long_chain_with_npz_weights_round_trips(tmp_path):
+    """A 5k-op chain with shared weights in an npz (speed is measured by bench/, not asserted here)."""
     g = Graph("chain")
     prev = g.add_value("x", "float32", (1, 16))
+    w = None
     for i in range(5000):
-        w = g.add_value(f"w{i}", "float32", (16,), data=np.full(16, i, np.float32)) if i % 4 == 0 else w
+        if i % 4 == 0:
+            w = g.add_value(f"w{i}", "float32", (16,), data=np.full(16, i, np.float32))
         out = g.add_value(f"t{i}", "float32", (1, 16))
         g.add_op(f"n{i}", ("mllm.Add", "mllm.Mul")[i % 2], [prev, w], [out], {"axis": -1})
         prev = out
     g.set_io([g.value("x")], [prev])
     save_graph(g, tmp_path / "g.json", npz=True)
-    t = time.perf_counter()
     g2 = load_graph(tmp_path / "g.json")
-    assert time.perf_counter() - t < 2.0
     assert len(g2) == 5000 and g2.value("w4996").data[0] == 4996
 
 
