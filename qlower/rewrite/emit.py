@@ -443,6 +443,19 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
                 and graph.value(r.name) is r:
             graph.remove_value(r)
     _drop_interior(graph, matched)
+    # an emitted op none of whose results is used (a root result nobody reads) is dead on arrival
+    for op in reversed(created):
+        if any(r.users or r.is_output for r in op.results):
+            continue
+        operands = [v for v in op.operands if v is not None]
+        graph.remove_op(op)
+        for r in op.results:
+            graph.remove_value(r)
+        for v in operands:  # static tensors the rule made only for it
+            if v.data is not None and not v.users and not v.is_output and graph.has_value(v.name) \
+                    and graph.value(v.name) is v and v.producer is None:
+                graph.remove_value(v)
+    created = [op for op in created if not op.dead]
     return created
 
 
