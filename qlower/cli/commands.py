@@ -183,9 +183,12 @@ def _summary(args, result, written, verify_line) -> None:
                 "(fused)" if cov.unlowered == 0 else "(not lowered)")
             emitted = ", ".join(f"{t[4:]}×{n}" for t, n in sorted(cov.emitted.items()))
             print(f"  {op_type:<20}{cov.count:>5}  {rules:<38}{emitted}")
-    print("  QNN ops: " + ", ".join(f"{k}×{v}" for k, v in counts.items()))
     errors = len(result.errors)
-    print(f"  validation on {args.backend.upper()}: {'ok' if result.ok else f'{errors} error(s)'}")
+    if result.qnn is None:
+        print(f"  not lowered: {errors} error(s) (above)")
+    else:
+        print("  QNN ops: " + ", ".join(f"{k}×{v}" for k, v in counts.items()))
+        print(f"  validation on {args.backend.upper()}: {'ok' if result.ok else f'{errors} error(s)'}")
     if verify_line:
         print(f"  {verify_line}")
     for p in written:
