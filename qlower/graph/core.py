@@ -131,7 +131,30 @@ class Graph:
         return len(self._ops)
 
     def topo_order(self) -> list[Op]:
-        """Ops in a deterministic execution order; raises GraphError on a cycle."""
+        """Ops in a deterministic execution order; raises GraphError on a cycle.
+
+        Graphs are usually stored producers-first, so one cheap pass first checks
+        whether insertion order already is an execution order.
+        """
+        ops = list(self._ops.values())
+        seen: set[Op] = set()
+        add = seen.add
+        in_order = True
+        for op in ops:
+            for v in op.operands:
+                if v is not None:
+                    p = v.producer
+                    if p is not None and p not in seen:
+                        in_order = False
+                        break
+            if not in_order:
+                break
+            add(op)
+        if in_order:
+            return ops
+        return self._kahn()
+
+    def _kahn(self) -> list[Op]:
         pending = {}
         ready = []
         for op in self._ops.values():
