@@ -14,3 +14,6 @@ def test_every_package_is_listed() -> None:
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "qlower").rglob("__init__.py")}
     assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
     assert config["package-dir"] == {"qlower._data.grammars": "grammars", "qlower._data.patterns": "patterns"}
+    packs = {f"qlower._data.patterns.{p.name}" for p in (ROOT / "patterns").iterdir() if p.is_dir()}
+    assert packs <= listed, f"add the rule packs to [tool.setuptools] packages: {sorted(packs - listed)}"
+    assert all(config["package-data"].get(p) == ["*.qpat"] for p in packs)
