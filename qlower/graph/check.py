@@ -55,25 +55,29 @@ def _where(op: Op) -> str:
 
 def _check_values(graph: Graph, live: set[int], need_shapes: bool) -> Iterable[Diagnostic]:
     """Dangling operands, unproduced outputs, produced inputs, missing shapes."""
-    for op in graph.ops:
-        for i, v in enumerate(op.operands):
-            if v is None:
-                continue
-            if not graph.has_value(v.name) or graph.value(v.name) is not v:
-                yield error(f"{_where(op)} operand {i} is tensor `{v.name}`, which is not in the graph",
-                            subject=f"node {op.name}", code="foreign-value")
-            elif v.producer is not None and id(v.producer) not in live:
-                yield error(f"tensor `{v.name}` (operand {i} of {_where(op)}) is produced by node "
-                            f"`{v.producer.name}`, which was removed from the graph",
-                            subject=f"tensor {v.name}", code="dangling-value")
+    known = {id(v) for v in graph.values}
     seen: set[int] = set()
     for op in graph.ops:
-        for i, v in enumerate(op.operands):
-            if v is None or v.producer is not None or v.is_input or v.data is not None or id(v) in seen:
+        for v in op.operands:
+            if v is None:
                 continue
-            seen.add(id(v))
-            yield error(f"tensor `{v.name}` is used by {_where(op)} (operand {i}) but has no producer and is "
-                        "neither a graph input nor a constant", subject=f"tensor {v.name}", code="dangling-value")
+            p = v.producer
+            if id(v) in known and (p is None and (v.is_input or v.data is not None)
+                                   or p is not None and id(p) in live):
+                continue  # the common case, checked with set lookups only
+            i = op.operands.index(v)
+            if id(v) not in known:
+                yield error(f"{_where(op)} operand {i} is tensor `{v.name}`, which is not in the graph",
+                            subject=f"node {op.name}", code="foreign-value")
+            elif p is not None:
+                yield error(f"tensor `{v.name}` (operand {i} of {_where(op)}) is produced by node "
+                            f"`{p.name}`, which was removed from the graph",
+                            subject=f"tensor {v.name}", code="dangling-value")
+            elif id(v) not in seen:
+                seen.add(id(v))
+                yield error(f"tensor `{v.name}` is used by {_where(op)} (operand {i}) but has no producer and is "
+                            "neither a graph input nor a constant", subject=f"tensor {v.name}",
+                            code="dangling-value")
     for v in graph.outputs:
         if v.producer is None and not v.is_input and v.data is None:
             yield error(f"graph output `{v.name}` has no producer and is neither a graph input nor a constant",
