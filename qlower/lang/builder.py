@@ -369,17 +369,7 @@ class _Builder(Transformer):
 
     def emit_op(self, meta, ch):
         op, *rest = ch
-        args, params, props = [], (), ()
-        for c in rest:
-            if c is None:
-                continue
-            if isinstance(c, ast.Arg):
-                args.append(c)
-            elif isinstance(c, _Params):
-                params = c.items
-            elif isinstance(c, _Props):
-                props = c.items
-        return ("op", (op, tuple(args), params, props), meta)
+        return ("op", (op, *_call_parts(rest)), meta)
 
     def emit_alias(self, meta, ch):
         return ("alias", str(ch[0]), meta)
@@ -452,17 +442,7 @@ class _Builder(Transformer):
 
     def graph_node(self, meta, ch):
         binders, op, *rest = ch
-        args, params, props = [], (), ()
-        for c in rest:
-            if c is None:
-                continue
-            if isinstance(c, ast.Arg):
-                args.append(c)
-            elif isinstance(c, _Params):
-                params = c.items
-            elif isinstance(c, _Props):
-                props = c.items
-        return ast.GraphNode(binders, op, tuple(args), params, props, span=self._s(meta))
+        return ast.GraphNode(binders, op, *_call_parts(rest), span=self._s(meta))
 
     def expect_ops(self, meta, ch):
         return ast.Expect("ops", ops=tuple(ch), span=self._s(meta))
@@ -553,6 +533,21 @@ class _Params:
 class _Props:
     def __init__(self, items):
         self.items = items
+
+
+def _call_parts(rest: list) -> tuple[tuple[ast.Arg, ...], tuple, tuple]:
+    """The arguments, params and value props of an op call (emitted or in a test graph)."""
+    args: list[ast.Arg] = []
+    params: tuple = ()
+    props: tuple = ()
+    for c in rest:
+        if isinstance(c, ast.Arg):
+            args.append(c)
+        elif isinstance(c, _Params):
+            params = c.items
+        elif isinstance(c, _Props):
+            props = c.items
+    return tuple(args), params, props
 
 
 def _token_value(tok: Token, file: str):

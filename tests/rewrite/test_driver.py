@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import qlower
-from qlower.api import Rules, load_registry, load_rules
+from qlower.api import Rules
 from qlower.graph import Graph, Value
 from qlower.lang.parser import parse
 from qlower.rewrite.driver import Engine
+from rule_text import load_text, registry
 
 OPS = """
 op m.Mul(a, b) -> y commutative
@@ -30,25 +31,15 @@ op m.MinMax(x) -> (lo, hi)
 """
 
 
-@functools.cache
-def _registry():
-    return load_registry()
-
-
-_counter = iter(range(10**9))
-
-
 def rules(tmp_path: Path, text: str) -> Rules:
     """Rules loaded through the checker (so they are rules a user could ship)."""
-    p = tmp_path / f"r{next(_counter)}.qpat"
-    p.write_text(OPS + text, encoding="utf-8")
-    return load_rules([p], registry=_registry(), plugins=False)
+    return load_text(tmp_path, OPS + text)
 
 
 def unchecked_engine(text: str, backend: str = "htp") -> Engine:
     """An engine straight from the parser, for rules the checker would refuse."""
     module = parse(OPS + text, "t.qpat")
-    return Engine(module.rules, {o.op: o for o in module.ops}, registry=_registry(), backend=backend)
+    return Engine(module.rules, {o.op: o for o in module.ops}, registry=registry(), backend=backend)
 
 
 class B:

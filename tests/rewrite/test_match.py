@@ -8,7 +8,6 @@ at the node.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qlower.api import Rules, load_registry, load_rules
+from qlower.api import Rules
 from qlower.graph import Graph, Value
+from rule_text import load_text
 
 OPS = """
 op m.Mul(a, b) -> y commutative
@@ -38,19 +38,9 @@ op m.MinMax(x) -> (lo, hi)
 """
 
 
-@functools.cache
-def _registry():
-    return load_registry()
-
-
-_counter = iter(range(10**9))
-
-
 def rules(tmp_path: Path, text: str) -> Rules:
     """Load `text` (after the op declarations above) through the checker."""
-    p = tmp_path / f"r{next(_counter)}.qpat"
-    p.write_text(OPS + text, encoding="utf-8")
-    return load_rules([p], registry=_registry(), plugins=False)
+    return load_text(tmp_path, OPS + text)
 
 
 class B:
