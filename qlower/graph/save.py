@@ -1,0 +1,148 @@
+"""Saving graphs as `qlower-graph/1` JSON (deterministic, atomic; data inline or in an npz)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qlower.diagnostics import QlowerError, error
+from qlower.graph.core import Graph, Value
+from qlower.graph.types import DTYPE_NAMES
+from qlower.graph.format import FORMAT, _PLAIN, _plain_list, quant_problems
+from qlower.graph.npz import _npz_bytes
+
+
+def dumps_graph(graph: Graph) -> str:
+    """The graph as `qlower-graph/1` text with all constant data inline."""
+    return _dump(graph, None, {})
+
+
+def save_graph(graph: Graph, path: str | Path, *, npz: bool | str = False) -> None:
+    """Write a graph file atomically; `npz` (True = `<stem>.npz`, or a name relative to
+    the JSON's folder) moves constant data into an archive written the same way."""
+    path = Path(path)
+    if not npz:
+        _write_atomic(path, dumps_graph(graph).encode("utf-8"))
+        return
+    npz_path = path.with_suffix(".npz") if npz is True else path.parent / str(npz)
+    if npz_path.resolve() == path.resolve():
+        raise QlowerError(error(f"the npz file {npz_path} would overwrite the graph file", code="io"))
+    arrays: dict[str, np.ndarray] = {}
+    text = _dump(graph, Path(os.path.relpath(npz_path, path.parent)).as_posix(), arrays)
+    if arrays:
+        _write_atomic(npz_path, _npz_bytes(arrays))
+    _write_atomic(path, text.encode("utf-8"))
+
+
+def _dump(graph: Graph, npz_ref: str | None, arrays: dict[str, np.ndarray]) -> str:
+    enc = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "), default=_json_default).encode
+    key = enc  # tensor names are JSON strings
+    tensors = []
+    for v in graph.values:
+        t: dict[str, Any] = {"dtype": _dtype_name(v), "shape": None if v.shape is None else list(v.shape)}
+        if v.quant is not None:
+            t["quant"] = _quant_json(v)
+        if v.data is not None:
+            t["data"] = _data_json(v, npz_ref, arrays)
+        tensors.append(f"    {key(v.name)}: {enc(t)}")
+    nodes = []
+    for op in graph.ops:
+        n: dict[str, Any] = {"name": op.name, "op": op.type,
+                             "inputs": ["" if x is None else x.name for x in op.operands],
+                             "outputs": [r.name for r in op.results]}
+        if op.attrs:
+            n["attrs"] = op.attrs
+            for k, a in op.attrs.items():
+                if type(k) is not str or (type(a) not in _PLAIN and not _plain_list(a) and not _dumpable(a, enc)):
+                    raise QlowerError(error(f"node `{op.name}`: attribute `{k}` = {a!r} has no JSON form "
+                                            "(attributes are scalars, strings and lists)",
+                                            subject=f"node {op.name}", code="bad-attr"))
+        nodes.append(f"    {enc(n)}")
+    head = {"format": FORMAT, "name": graph.name, "inputs": [v.name for v in graph.inputs],
+            "outputs": [v.name for v in graph.outputs]}
+    lines = ["{"] + [f"  {enc(k)}: {enc(x)}," for k, x in head.items()]
+    lines.append('  "tensors": {' + ("\n" + ",\n".join(tensors) + "\n  }," if tensors else "},"))
+    lines.append('  "nodes": [' + ("\n" + ",\n".join(nodes) + "\n  ]" if nodes else "]"))
+    lines.append("}\n")
+    return "\n".join(lines)
+
+
+def _json_default(x: Any) -> Any:
+    if isinstance(x, np.generic) and x.dtype.kind in "biuf":
+        return x.item()
+    raise TypeError(type(x).__name__)
+
+
+def _dumpable(a: Any, enc: Callable[[Any], str]) -> bool:
+    if isinstance(a, dict):
+        return False
+    if isinstance(a, (list, tuple)):
+        return all(_dumpable(x, enc) for x in a)
+    try:
+        enc(a)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _dtype_name(v: Value) -> str:
+    name = v.dtype.name
+    if name not in DTYPE_NAMES:
+        raise QlowerError(error(f"tensor `{v.name}`: dtype {v.dtype} has no qlower-graph/1 name",
+                                subject=f"tensor {v.name}", code="unknown-dtype"))
+    return name
+
+
+def _quant_json(v: Value) -> dict[str, Any]:
+    q = v.quant
+    problems = quant_problems(q, v.dtype, v.shape)
+    if problems:
+        raise QlowerError([error(f"tensor `{v.name}`: {m}", subject=f"tensor {v.name}", code=c)
+                           for c, m in problems])
+    if q.axis is None:
+        out: dict[str, Any] = {"scale": q.scale[0], "zero_point": q.zero_point[0]}
+    else:
+        out = {"scale": list(q.scale), "zero_point": list(q.zero_point), "axis": q.axis}
+        if q.block_size is not None:
+            out["block_size"], out["block_axis"] = q.block_size, q.block_axis
+    if q.bitwidth is not None:
+        out["bitwidth"] = q.bitwidth
+    if q.symmetric:
+        out["symmetric"] = True
+    return out
+
+
+def _data_json(v: Value, npz_ref: str | None, arrays: dict[str, np.ndarray]) -> Any:
+    data = np.asarray(v.data)
+    if v.shape is None or data.shape != v.shape or data.dtype != v.dtype:
+        raise QlowerError(error(f"tensor `{v.name}`: constant data is {data.dtype}{list(data.shape)} but the tensor "
+                                f"is {v.dtype}{list(v.shape) if v.shape is not None else '[?]'}",
+                                subject=f"tensor {v.name}", code="data-shape"))
+    if npz_ref is None:
+        return data.tolist()
+    arrays[v.name] = data
+    return {"npz": npz_ref, "key": v.name}
+
+
+def _write_atomic(path: Path, payload: bytes) -> None:
+    """Write a temporary file in the same folder, then rename: the file is complete or absent."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as for open()
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise QlowerError(error(f"cannot write {path}: {e.strerror or e}", code="io")) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
