@@ -255,7 +255,7 @@ def explain(args: argparse.Namespace) -> int:
 
 def opdefs(args: argparse.Namespace) -> int:
     from qlower.api import load_registry
-    from qlower.qnn.opdef import describe
+    from qlower.qnn.describe import describe
 
     registry = load_registry(args.opdefs)
     if args.op and registry.op(args.op) is None:

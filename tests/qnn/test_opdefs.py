@@ -10,7 +10,8 @@ import pytest
 
 from qlower.diagnostics import QlowerError
 from qlower.qnn.datatypes import DataType
-from qlower.qnn.opdef import BACKENDS, SHIPPED_DIR, OpDefRegistry, describe
+from qlower.qnn.describe import describe
+from qlower.qnn.opdef import BACKENDS, SHIPPED_DIR, OpDefRegistry
 
 REPO = Path(__file__).resolve().parents[2]
 FACTS = REPO.parent / "shared/reference/qnn_ops.json"
