@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from qlower._files import write_atomic
 from qlower.diagnostics import QlowerError, Severity, error, render_all
 
 
@@ -19,14 +20,11 @@ def _progress(args: argparse.Namespace, text: str) -> None:
 
 
 def _write_json_atomic(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise QlowerError(error(f"cannot create {path.parent}: {exc.strerror or exc}", code="io")) from None
+    write_atomic(path, (json.dumps(obj, indent=2) + "\n").encode("utf-8"))
 
 
 # ---------------------------------------------------------------- check / fmt
@@ -72,9 +70,7 @@ def fmt(args: argparse.Namespace) -> int:
         elif new != text:
             unformatted.append(f)
             if not args.check:
-                tmp = f.with_name(f".{f.name}.tmp{os.getpid()}")
-                tmp.write_text(new, encoding="utf-8")
-                os.replace(tmp, f)
+                write_atomic(f, new.encode("utf-8"))
     for f in unformatted:
         print(f"{'would reformat' if args.check else 'reformatted'} {f}")
     return 1 if (args.check and unformatted) else 0
@@ -210,13 +206,9 @@ def run(args: argparse.Namespace) -> int:
         raise QlowerError(error(f"cannot read inputs {args.inputs}: {exc}", code="io")) from None
     outputs = run_graph(graph, inputs)
     out = Path(args.output)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}.npz")
-    try:
-        np.savez(tmp, **outputs)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    buf = io.BytesIO()
+    np.savez(buf, **outputs)
+    write_atomic(out, buf.getvalue())
     print(f"ran {len(graph.ops)} ops; wrote {', '.join(outputs)} to {out}")
     return 0
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph, Value
 from qlower.graph.types import DTYPE_NAMES
 from qlower.graph.format import FORMAT, _PLAIN, _plain_list, quant_problems
+from qlower._files import write_atomic
 from qlower.graph.npz import _npz_bytes
 
 
@@ -28,7 +28,7 @@ def save_graph(graph: Graph, path: str | Path, *, npz: bool | str = False) -> No
     the JSON's folder) moves constant data into an archive written the same way."""
     path = Path(path)
     if not npz:
-        _write_atomic(path, dumps_graph(graph).encode("utf-8"))
+        write_atomic(path, dumps_graph(graph).encode("utf-8"))
         return
     npz_path = path.with_suffix(".npz") if npz is True else path.parent / str(npz)
     if npz_path.resolve() == path.resolve():
@@ -36,8 +36,8 @@ def save_graph(graph: Graph, path: str | Path, *, npz: bool | str = False) -> No
     arrays: dict[str, np.ndarray] = {}
     text = _dump(graph, Path(os.path.relpath(npz_path, path.parent)).as_posix(), arrays)
     if arrays:
-        _write_atomic(npz_path, _npz_bytes(arrays))
-    _write_atomic(path, text.encode("utf-8"))
+        write_atomic(npz_path, _npz_bytes(arrays))
+    write_atomic(path, text.encode("utf-8"))
 
 
 def _dump(graph: Graph, npz_ref: str | None, arrays: dict[str, np.ndarray]) -> str:
@@ -128,21 +128,3 @@ def _data_json(v: Value, npz_ref: str | None, arrays: dict[str, np.ndarray]) -> 
         return data.tolist()
     arrays[v.name] = data
     return {"npz": npz_ref, "key": v.name}
-
-
-def _write_atomic(path: Path, payload: bytes) -> None:
-    """Write a temporary file in the same folder, then rename: the file is complete or absent."""
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as for open()
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise QlowerError(error(f"cannot write {path}: {e.strerror or e}", code="io")) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise

@@ -31,17 +31,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     _TOKENS = (Token,)
 
 
-def _span_of(file: str, meta_or_tok) -> Span:
-    m = meta_or_tok
-    if getattr(m, "empty", False):
-        return Span(file, 1, 1, 1, 2)
-    return Span(file, m.line, m.column, m.end_line, m.end_column)
-
-
-def _str(tok: Token) -> str:
-    return str(tok)
-
-
 def _unquote(tok: Token, file: str) -> str:
     """A STRING token's text; a bad escape is a located syntax error."""
     try:

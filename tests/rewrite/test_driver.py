@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 import qlower
 from qlower.api import Rules
-from qlower.graph import Graph, Value
+from qlower.graph import Graph
 from qlower.lang.parser import parse
 from qlower.rewrite.driver import Engine
-from rule_text import load_text, registry
+from rewrite_support import B, load_text, registry
 
 OPS = """
 op m.Mul(a, b) -> y commutative
@@ -40,33 +40,6 @@ def unchecked_engine(text: str, backend: str = "htp") -> Engine:
     """An engine straight from the parser, for rules the checker would refuse."""
     module = parse(OPS + text, "t.qpat")
     return Engine(module.rules, {o.op: o for o in module.ops}, registry=registry(), backend=backend)
-
-
-class B:
-    def __init__(self) -> None:
-        self.g = Graph("t")
-        self.inputs: list[Value] = []
-
-    def inp(self, name: str, shape=(2, 3), dtype="float32") -> Value:
-        v = self.g.add_value(name, dtype, shape)
-        self.inputs.append(v)
-        return v
-
-    def const(self, name: str, shape=(2, 3), dtype="float32") -> Value:
-        return self.g.add_value(name, dtype, shape, data=np.ones(shape, dtype))
-
-    def op(self, name: str, type: str, operands, attrs=None, *, n_out=1, shape=None, dtype=None):
-        first = next((o for o in operands if o is not None), None)
-        shape = shape if shape is not None else first.shape
-        dtype = dtype or first.dtype
-        names = [name] if n_out == 1 else [f"{name}.{i}" for i in range(n_out)]
-        results = [self.g.add_value(n, dtype, shape) for n in names]
-        self.g.add_op(name, type, operands, results, attrs or {})
-        return results[0] if n_out == 1 else results
-
-    def done(self, *outputs: Value) -> Graph:
-        self.g.set_io(self.inputs, list(outputs))
-        return self.g
 
 
 def run(r, g: Graph, backend: str = "htp"):

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qlower.api import Rules
-from qlower.graph import Graph, Value
-from rule_text import load_text
+from qlower.graph import Graph
+from rewrite_support import B, load_text
 
 OPS = """
 op m.Mul(a, b) -> y commutative
@@ -41,35 +40,6 @@ op m.MinMax(x) -> (lo, hi)
 def rules(tmp_path: Path, text: str) -> Rules:
     """Load `text` (after the op declarations above) through the checker."""
     return load_text(tmp_path, OPS + text)
-
-
-class B:
-    """A tiny graph builder: values default to float32[2, 3]."""
-
-    def __init__(self) -> None:
-        self.g = Graph("t")
-        self.inputs: list[Value] = []
-
-    def inp(self, name: str, shape=(2, 3), dtype="float32") -> Value:
-        v = self.g.add_value(name, dtype, shape)
-        self.inputs.append(v)
-        return v
-
-    def const(self, name: str, shape=(2, 3), dtype="float32") -> Value:
-        return self.g.add_value(name, dtype, shape, data=np.ones(shape, dtype))
-
-    def op(self, name: str, type: str, operands, attrs=None, *, out=None, n_out=1, shape=None, dtype=None):
-        first = next((o for o in operands if o is not None), None)
-        shape = shape if shape is not None else (first.shape if first is not None else (2, 3))
-        dtype = dtype or (first.dtype if first is not None else "float32")
-        names = [out or name] if n_out == 1 else [f"{name}.{i}" for i in range(n_out)]
-        results = [self.g.add_value(n, dtype, shape) for n in names]
-        self.g.add_op(name, type, operands, results, attrs or {})
-        return results[0] if n_out == 1 else results
-
-    def done(self, *outputs: Value) -> Graph:
-        self.g.set_io(self.inputs, list(outputs))
-        return self.g
 
 
 def run(r: Rules, g: Graph, backend: str = "htp"):
