@@ -195,10 +195,10 @@ def _summary(args, result, written, verify_line) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from qlower.qnn.reader import load
+    from qlower.qnn.reader import read
     from qlower.reference.interpreter import run as run_graph
 
-    graph = load(Path(args.net_json))
+    graph = read(Path(args.net_json)).require_data()  # the same reading path as validate
     try:
         with np.load(args.inputs, allow_pickle=False) as z:
             inputs = {k: z[k] for k in z.files}
@@ -215,11 +215,12 @@ def run(args: argparse.Namespace) -> int:
 
 def validate(args: argparse.Namespace) -> int:
     from qlower.api import load_registry
-    from qlower.qnn.reader import load
+    from qlower.qnn.reader import read
     from qlower.qnn.validate import validate_graph
 
-    graph = load(Path(args.net_json))
-    diags = validate_graph(graph, load_registry(args.opdefs), args.backend)
+    net = read(Path(args.net_json))  # absent static data is one warning here, an error in `run`
+    graph = net.graph
+    diags = [*net.diagnostics, *validate_graph(graph, load_registry(args.opdefs), args.backend)]
     if diags:
         print(render_all(diags), file=sys.stderr)
     errors = sum(1 for d in diags if d.is_error)

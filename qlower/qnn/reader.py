@@ -1,8 +1,11 @@
 """Read `_net.json` (+ `.bin`) back into a QnnGraph.
 
-Accepts what qlower writes exactly, and converter-like files from other tools
-leniently: unknown keys are ignored, missing optional keys take the converter's
-defaults, datatypes may be codes or `QNN_DATATYPE_*` names. Anything whose
+Reads what qlower writes exactly and what the QNN converters write (old and
+new: converter-IR node types, `param_map` meta params, `packageName`, string
+scalars, `macs_per_inference`, ...), and converter-like files from other tools
+leniently. One reading path serves every command: `read` never fails for
+absent static data (validation needs shapes and datatypes only) and says so
+once; `NetFile.require_data` is where running refuses it. Anything whose
 meaning is unclear raises QlowerError naming the file and the tensor or node.
 """
 
@@ -13,32 +16,64 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
-from qlower.diagnostics import QlowerError, error
+from qlower.diagnostics import Diagnostic, QlowerError, Severity, error, warning
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.emit_bin import c_identifiers, num_elements
 from qlower.qnn.emit_json import parse_quant_params, scalar_value
+from qlower.qnn.ir_types import IrTypes, shipped
 from qlower.qnn.model import PACKAGE, OpConfig, Param, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
 
 _NET_SUFFIX = "_net.json"
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+# Keys with a known meaning (qlower's and the converters'); anything else is tolerated with one note.
+_KNOWN = {
+    "file": {"model.cpp", "model.bin", "converter_command", "copyright_str", "op_types", "Total parameters",
+             "Total MACs per inference", "graph"},
+    "graph": {"tensors", "nodes"},
+    "tensor": {"id", "name", "type", "dataFormat", "data_type", "unquantized_data_type", "src_axis_format",
+               "axis_format", "quant_params", "dims", "is_dynamic_dims", "is_quantizable", "is_updateable",
+               "params_count", "data"},
+    "node": {"name", "package", "type", "tensor_params", "scalar_params", "param_map", "param_order",
+             "input_names", "output_names", "macs_per_inference"},
+}
+_OP_PARAM = 1  # param_map value of a real op param (the converter IR's "core" attributes); others are meta
 
 
-class _Ctx:
-    """Where we are, so every message names the file and the subject."""
+@attrs.frozen
+class NetFile:
+    """A read `_net.json`: the graph, what the reader noticed, and which static data is absent."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    graph: QnnGraph
+    diagnostics: tuple[Diagnostic, ...] = ()
+    missing_data: tuple[str, ...] = ()  # static tensors (and tensor-param tensors) whose data is absent
+    data_problem: str | None = None  # why, e.g. "x.bin is a git-LFS pointer file, not the data"
+    path: Path | None = None
 
-    def fail(self, message: str, subject: str | None = None) -> QlowerError:
-        where = f"{self.path.name}: {subject}" if subject else self.path.name
-        return QlowerError(error(message, subject=where, code="bad-net-json"))
+    def require_data(self) -> QnnGraph:
+        """The graph, or the error that absent static data is for anything that needs values."""
+        if not self.missing_data:
+            return self.graph
+        first = self.missing_data[0]
+        more = f" (and {len(self.missing_data) - 1} more)" if len(self.missing_data) > 1 else ""
+        name = self.path.name if self.path else self.graph.name
+        raise QlowerError(error(
+            f"static tensor has no data: {self.data_problem}{more}",
+            subject=f"{name}: tensor '{first}'", code="missing-data",
+            hint="put the real .bin next to the JSON (for a git-LFS pointer: `git lfs pull`)"))
 
 
 def load(net_json: Path, bin_path: Path | None = None) -> QnnGraph:
-    """The graph described by `net_json`; static data from `bin_path` or `<name>.bin` next to it."""
+    """The graph described by `net_json` with all its static data (else QlowerError)."""
+    return read(net_json, bin_path).require_data()
+
+
+def read(net_json: Path, bin_path: Path | None = None, *, table: IrTypes | None = None) -> NetFile:
+    """Read `net_json`; static data from `bin_path` or the `.bin` next to it, absent data noted, not fatal."""
     net_json = Path(net_json)
-    ctx = _Ctx(net_json)
+    ctx = _Ctx(net_json, table or shipped())
     try:
         text = net_json.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -51,6 +86,8 @@ def load(net_json: Path, bin_path: Path | None = None) -> QnnGraph:
         raise ctx.fail(f"key '{exc.args[0]}' appears twice in one JSON object") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("graph"), dict):
         raise ctx.fail("not a QNN network JSON: no top-level `graph` object")
+    ctx.known("file", doc, "top level")
+    ctx.known("graph", doc["graph"], "graph")
     name = _graph_name(net_json, doc)
     tensors_doc = _named(doc["graph"].get("tensors", {}), "tensors", ctx)
     nodes_doc = _named(doc["graph"].get("nodes", {}), "nodes", ctx)
@@ -71,7 +108,39 @@ def load(net_json: Path, bin_path: Path | None = None) -> QnnGraph:
     for kind, listed in ((TensorType.APP_WRITE, graph.inputs), (TensorType.APP_READ, graph.outputs)):
         chosen = [n for n, t in graph.tensors.items() if t.type is kind]
         listed.extend(sorted(chosen, key=lambda n: (ids[n], order[n])))
-    return graph
+    return NetFile(graph, ctx.diagnostics(raws), tuple(ctx.missing), raws.problem if ctx.missing else None,
+                   net_json)
+
+
+class _Ctx:
+    """Where we are, so every message names the file and the subject; collects what the reader noticed."""
+
+    def __init__(self, path: Path, table: IrTypes) -> None:
+        self.path, self.table = path, table
+        self.unknown: dict[str, set[str]] = {}
+        self.missing: list[str] = []
+
+    def fail(self, message: str, subject: str | None = None) -> QlowerError:
+        where = f"{self.path.name}: {subject}" if subject else self.path.name
+        return QlowerError(error(message, subject=where, code="bad-net-json"))
+
+    def known(self, scope: str, obj: dict[str, Any], where: str) -> None:
+        extra = set(obj) - _KNOWN[scope]
+        if extra:
+            self.unknown.setdefault(where, set()).update(extra)
+
+    def diagnostics(self, raws: _Raws) -> tuple[Diagnostic, ...]:
+        out = []
+        if self.missing:
+            n = len(self.missing)
+            out.append(warning(
+                f"static data of {n} tensor{'s' if n != 1 else ''} is not available ({raws.problem}); "
+                "everything else is checked, tensor values are not", subject=self.path.name, code="missing-data"))
+        if self.unknown:
+            listed = "; ".join(f"{where}: {', '.join(sorted(keys))}" for where, keys in sorted(self.unknown.items()))
+            out.append(Diagnostic(Severity.NOTE, f"ignored keys qlower does not know ({listed})",
+                                  subject=self.path.name, code="unknown-keys"))
+        return tuple(out)
 
 
 class _DuplicateKey(Exception):
@@ -118,43 +187,46 @@ def _named(value: Any, what: str, ctx: _Ctx) -> dict[str, Any]:
 
 
 class _Raws:
-    """The `.bin` members, opened only if some static tensor needs them."""
+    """The `.bin` members by symbol. An absent, LFS-pointer or unreadable `.bin` is a `problem`, not an error."""
 
     def __init__(self, net_json: Path, doc: dict[str, Any], explicit: Path | None, ctx: _Ctx) -> None:
-        self._ctx, self._members = ctx, None
+        self.members: dict[str, bytes] = {}
+        self.problem = "no .bin was found next to the JSON"
         if explicit is not None:
-            self.path: Path | None = Path(explicit)
-            if not self.path.is_file():
-                raise ctx.fail(f"static data file {self.path.name} does not exist")
-            return
-        self.path = None
-        stem = net_json.name[: -len(_NET_SUFFIX)] if net_json.name.endswith(_NET_SUFFIX) else net_json.stem
-        candidates = [net_json.with_name(stem + ".bin")]
-        named = doc.get("model.bin")
-        if isinstance(named, str) and named.strip() and named != "N/A":
-            candidates.append(net_json.with_name(Path(named.replace("\\", "/")).name))
-        self.path = next((c for c in candidates if c.is_file()), None)
+            path: Path | None = Path(explicit)
+            if not path.is_file():
+                raise ctx.fail(f"static data file {path.name} does not exist")
+        else:
+            stem = net_json.name[: -len(_NET_SUFFIX)] if net_json.name.endswith(_NET_SUFFIX) else net_json.stem
+            candidates = [net_json.with_name(stem + ".bin")]
+            named = doc.get("model.bin")
+            if isinstance(named, str) and named.strip() and named != "N/A":
+                candidates.append(net_json.with_name(Path(named.replace("\\", "/")).name))
+            path = next((c for c in candidates if c.is_file()), None)
+        if path is not None:
+            self._read(path)
 
-    def get(self, cname: str) -> bytes | None:
-        if self.path is None:
-            return None
-        if self._members is None:
-            self._members = self._read()
-        return self._members.get(cname)
-
-    def _read(self) -> dict[str, bytes]:
-        assert self.path is not None
-        out: dict[str, bytes] = {}
+    def _read(self, path: Path) -> None:
         try:
-            with tarfile.open(self.path, mode="r:*") as tar:
+            with path.open("rb") as f:
+                head = f.read(len(_LFS_POINTER))
+            if head == _LFS_POINTER:
+                self.problem = f"{path.name} is a git-LFS pointer file, not the data"
+                return
+            with tarfile.open(path, mode="r:*") as tar:
                 for m in tar.getmembers():
                     base = m.name.replace("\\", "/").rsplit("/", 1)[-1]
                     if m.isfile() and base.endswith(".raw"):
                         f = tar.extractfile(m)
-                        out[base[: -len(".raw")]] = f.read() if f is not None else b""
+                        self.members[base[: -len(".raw")]] = f.read() if f is not None else b""
         except (tarfile.TarError, OSError, EOFError) as exc:
-            raise self._ctx.fail(f"static data file {self.path.name} is not a readable tar: {exc}") from None
-        return out
+            self.members = {}
+            self.problem = f"{path.name} is not a readable tar: {exc}"
+            return
+        self.problem = f"{path.name} has no .raw member for it"
+
+    def get(self, cname: str) -> bytes | None:
+        return self.members.get(cname)
 
 
 def _datatype(value: Any, subject: str, ctx: _Ctx) -> DataType:
@@ -169,6 +241,7 @@ def _datatype(value: Any, subject: str, ctx: _Ctx) -> DataType:
 def _tensor(name: str, tdoc: Any, subject: str, raws: _Raws, cnames: dict[str, str],
             ctx: _Ctx) -> tuple[QnnTensor, int | None]:
     tdoc = _obj(tdoc, "tensor", ctx, subject)
+    ctx.known("tensor", tdoc, "tensors")
     ttype = tdoc.get("type")
     try:
         if isinstance(ttype, bool):
@@ -191,12 +264,12 @@ def _tensor(name: str, tdoc: Any, subject: str, raws: _Raws, cnames: dict[str, s
     tid = tid if isinstance(tid, int) and not isinstance(tid, bool) else None
     enc = parse_quant_params(tdoc.get("quant_params"), dims, lambda m: ctx.fail(m, subject))
     raw = raws.get(cnames[name]) if kind is TensorType.STATIC else None
-    data = _data(tdoc, kind, dt, dims, raw, raws.path is None, subject, ctx)
+    data = _data(name, tdoc, kind, dt, dims, raw, subject, ctx)
     return QnnTensor(name, kind, dt, tuple(dims), enc, data), tid
 
 
-def _data(tdoc: dict[str, Any], kind: TensorType, dt: DataType, dims: list[int], raw: bytes | None,
-          missing_bin: bool, subject: str, ctx: _Ctx) -> np.ndarray | None:
+def _data(name: str, tdoc: dict[str, Any], kind: TensorType, dt: DataType, dims: list[int], raw: bytes | None,
+          subject: str, ctx: _Ctx) -> np.ndarray | None:
     if kind is not TensorType.STATIC:
         return None
     try:
@@ -217,8 +290,8 @@ def _data(tdoc: dict[str, Any], kind: TensorType, dt: DataType, dims: list[int],
         if arr.size != count:
             raise ctx.fail(f"inline data has {arr.size} elements, dims {dims} need {count}", subject)
         return arr.reshape(dims)
-    hint = "no .bin was found next to the JSON" if missing_bin else "its .raw is not in the .bin"
-    raise ctx.fail(f"static tensor has no data: none inline and {hint}", subject)
+    ctx.missing.append(name)
+    return None
 
 
 def _scalar(pname: str, pdoc: Any, subject: str, ctx: _Ctx) -> ScalarParam:
@@ -227,6 +300,8 @@ def _scalar(pname: str, pdoc: Any, subject: str, ctx: _Ctx) -> ScalarParam:
         raise ctx.fail(f"scalar param needs exactly one {{datatype: value}} entry, got {len(pdoc)}", subject)
     (code, value), = pdoc.items()
     dt = _datatype(int(code) if str(code).lstrip("-").isdigit() else code, subject, ctx)
+    if dt is DataType.UNDEFINED and isinstance(value, str):
+        dt = DataType.STRING  # older converters tag string scalars with the UNDEFINED code
     if value is None or isinstance(value, (list, dict)):
         raise ctx.fail(f"value {value!r} is not a {dt.qnn_name}", subject)
     try:
@@ -235,9 +310,17 @@ def _scalar(pname: str, pdoc: Any, subject: str, ctx: _Ctx) -> ScalarParam:
         raise ctx.fail(exc.diagnostics[0].message, subject) from None
 
 
+def _param_map(ndoc: dict[str, Any], subject: str, ctx: _Ctx) -> dict[str, int]:
+    pmap = ndoc.get("param_map", {})
+    if not isinstance(pmap, dict) or any(isinstance(v, bool) or not isinstance(v, int) for v in pmap.values()):
+        raise ctx.fail("`param_map` must map param names to integers", subject)
+    return pmap
+
+
 def _node(name: str, ndoc: Any, raws: _Raws, cnames: dict[str, str], ctx: _Ctx) -> OpConfig:
     subject = f"node '{name}'"
     ndoc = _obj(ndoc, "node", ctx, subject)
+    ctx.known("node", ndoc, "nodes")
     if not isinstance(ndoc.get("type"), str) or not ndoc["type"]:
         raise ctx.fail("missing op `type`", subject)
     names = {}
@@ -259,16 +342,40 @@ def _node(name: str, ndoc: Any, raws: _Raws, cnames: dict[str, str], ctx: _Ctx) 
         if pname in params:
             raise ctx.fail(f"param '{pname}' is both a tensor and a scalar param", subject)
         params[pname] = _scalar(pname, pdoc, f"{subject} param '{pname}'", ctx)
+    op_type, meta, provenance = _op_type(ndoc["type"], params, _param_map(ndoc, subject, ctx), subject, ctx)
+    package = ndoc.get("package")
+    if package is None:
+        pkg_param = params.get("packageName")
+        package = pkg_param.value if isinstance(pkg_param, ScalarParam) else PACKAGE
+    if not isinstance(package, str):
+        raise ctx.fail("`package` must be a string", subject)
+    kept = {p: v for p, v in params.items() if p not in meta}
     order = ndoc.get("param_order")
     if order is not None:
         if (not isinstance(order, list) or not all(isinstance(p, str) and p in params for p in order)
                 or len(set(order)) != len(order)):
             raise ctx.fail("`param_order` must list the node's params, each once", subject)
-        order = order + [p for p in params if p not in order]
-    package = ndoc.get("package", PACKAGE)
-    if not isinstance(package, str):
-        raise ctx.fail("`package` must be a string", subject)
-    return OpConfig(name, ndoc["type"], list(names["input_names"]), list(names["output_names"]),
-                    [params[p] for p in (order or params)], package=package or PACKAGE)
+        order = [p for p in order if p in kept] + [p for p in kept if p not in order]
+    return OpConfig(name, op_type, list(names["input_names"]), list(names["output_names"]),
+                    [kept[p] for p in (order or kept)], package=package or PACKAGE, provenance=provenance)
 
 
+def _op_type(node_type: str, params: dict[str, Param], pmap: dict[str, int], subject: str,
+             ctx: _Ctx) -> tuple[str, set[str], str | None]:
+    """The QNN op type, the names of the node's meta params, and the provenance naming the IR type."""
+    meta = {p for p in params if p in ctx.table.meta_params or pmap.get(p, _OP_PARAM) != _OP_PARAM}
+    if not ctx.table.is_ir_type(node_type):
+        return node_type, meta, None
+    rule = ctx.table.rule_for(node_type, params)
+    if rule is None:
+        wanted = " or ".join(f"`{r.param}`" for r in ctx.table.rules[node_type])
+        raise ctx.fail(f"converter IR type `{node_type}` names its QNN op through {wanted}, "
+                       "and the node has none of them", subject)
+    if rule.qnn_op is not None:
+        meta.discard(rule.param)
+        return rule.qnn_op, meta, f"converter IR {node_type}"
+    p = params[rule.param]
+    if not isinstance(p, ScalarParam) or not isinstance(p.value, str) or not p.value:
+        raise ctx.fail(f"converter IR type `{node_type}`: `{rule.param}` must be a string naming the QNN op", subject)
+    meta.add(rule.param)
+    return p.value, meta, f"converter IR {node_type}"
