@@ -1,0 +1,90 @@
+"""Real QNN converter outputs: every `*_net.json` under $QLOWER_REAL_NET_JSON_DIR.
+
+Not shipped (third-party files): point the variable at a directory of converter
+outputs, e.g. copies of the `_net.json`/`.cpp`/`.bin` files of public repositories
+such as apo11o-M/ml-models, xLPMG/efficient-machine-learning (submissions/*/model)
+or tristanqiu8/qnn_test_flow (test_dump/*). For each file:
+
+* it reads (absent or git-LFS `.bin` allowed), and a real `.bin` gives all data;
+* when the converter's `.cpp` sits next to it, every node has the op type,
+  package, params (in order) and scalar values the `.cpp` passes to addNode;
+* validation on every backend runs without unknown params or shape-rule crashes;
+* with an `expect.json` in the directory ({"<relative path>": {"backend": "htp",
+  "errors": 0}, ...}), the error count on that backend is the expected verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from qlower.api import load_registry
+from qlower.qnn import reader
+from qlower.qnn.model import ScalarParam
+from qlower.qnn.validate import validate_graph
+
+ENV = "QLOWER_REAL_NET_JSON_DIR"
+ROOT = Path(os.environ[ENV]) if os.environ.get(ENV) else None
+FILES = sorted(ROOT.rglob("*_net.json")) if ROOT and ROOT.is_dir() else []
+BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
+
+_STR = r'"((?:[^"\\]|\\.)*)"'
+_NODE = re.compile(r"addNode\(\s*QNN_OPCONFIG_VERSION_\w+,\s*//[^\n]*\n\s*" + _STR + r",\s*//\s*Node Name\s*"
+                   + _STR + r",\s*//\s*Package Name\s*" + _STR + r",\s*//\s*Qnn Node Type\s*(\w+),")
+_PARAMS = re.compile(r"Qnn_Param_t\s+(\w+)\[\]\s*=\s*\{(.*?)\n\s*\};", re.S)
+_PARAM = re.compile(r"\.paramType\s*=\s*QNN_PARAMTYPE_(\w+),\s*\.name\s*=\s*" + _STR
+                    + r"(?:,\s*\{\.scalarParam\s*=\s*\(Qnn_Scalar_t\)\s*\{QNN_DATATYPE_(\w+),\s*\{\.\w+\s*=\s*([^}]*)\}\}\})?")
+
+
+def cpp_nodes(text: str) -> dict[str, tuple[str, str, list[tuple[str, str, str, str]]]]:
+    """node name -> (package, QNN type, [(param kind, name, scalar datatype, scalar value)]) from a converter .cpp."""
+    params = {m.group(1): _PARAM.findall(m.group(2)) for m in _PARAMS.finditer(text)}
+    return {m.group(1): (m.group(2), m.group(3), params.get(m.group(4), [])) for m in _NODE.finditer(text)}
+
+
+def _same_scalar(p: object, datatype: str, value: str) -> bool:
+    if not isinstance(p, ScalarParam) or p.datatype.name != datatype:
+        return False
+    got, want = float(p.value), float(value.strip().rstrip("f"))
+    return abs(got - want) <= 1e-6 * max(1.0, abs(want))
+
+
+@pytest.mark.skipif(ROOT is None, reason=f"set {ENV} to a directory of real QNN converter outputs (*_net.json)")
+def test_the_directory_has_converter_outputs() -> None:
+    assert FILES, f"{ROOT} holds no *_net.json"
+
+
+@pytest.mark.skipif(not FILES, reason=f"set {ENV} to a directory of real QNN converter outputs (*_net.json)")
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES] if ROOT else [])
+def test_real_net_json(path: Path) -> None:
+    net = reader.read(path)
+    binp = path.with_name(path.name[: -len("_net.json")] + ".bin")
+    if binp.is_file() and tarfile.is_tarfile(binp):
+        net.require_data()
+    cpp = path.with_name(path.name[: -len("_net.json")] + ".cpp")
+    if cpp.is_file():
+        nodes = cpp_nodes(cpp.read_text(encoding="utf-8", errors="replace"))
+        assert len(nodes) == len(net.graph.ops)
+        for op in net.graph.ops:
+            package, qnn_type, params = nodes[op.name]
+            assert (op.package, op.type) == (package, qnn_type), op.name
+            assert [p.name for p in op.params] == [p[1] for p in params], op.name
+            for kind, name, datatype, value in params:
+                if kind == "SCALAR":
+                    assert _same_scalar(op.param(name), datatype, value), (op.name, name)
+    registry = load_registry([])
+    verdicts = {}
+    for backend in BACKENDS:
+        diags = validate_graph(net.graph, registry, backend)
+        assert not [d for d in diags if d.code in ("unknown-param", "shape-internal")], backend
+        verdicts[backend] = sum(d.is_error for d in diags)
+    expect_file = ROOT / "expect.json"
+    if expect_file.is_file():
+        expected = json.loads(expect_file.read_text()).get(str(path.relative_to(ROOT)))
+        if expected is not None:
+            assert verdicts[expected["backend"]] == expected["errors"], verdicts
