@@ -350,6 +350,10 @@ def _node(name: str, ndoc: Any, raws: _Raws, cnames: dict[str, str], ctx: _Ctx) 
     if not isinstance(package, str):
         raise ctx.fail("`package` must be a string", subject)
     kept = {p: v for p, v in params.items() if p not in meta}
+    for p in meta:  # data a dropped meta param lacks is nobody's concern
+        v = params[p]
+        if isinstance(v, TensorParam) and v.tensor.data is None and v.tensor.name in ctx.missing:
+            ctx.missing.remove(v.tensor.name)
     order = ndoc.get("param_order")
     if order is not None:
         if (not isinstance(order, list) or not all(isinstance(p, str) and p in params for p in order)

@@ -95,6 +95,18 @@ def test_param_map_meta_params_are_dropped(tmp_path: Path) -> None:
     assert reader.read(path).graph.ops[0].param("padding_size_strategy") is None
 
 
+def test_meta_tensor_params_are_dropped_with_their_data_needs(tmp_path: Path) -> None:
+    """Like Reshape's supplemental `shape` tensor: not an op param, so its data is not needed either."""
+    doc = fx.net("new")
+    node = doc["graph"]["nodes"]["conv"]
+    node["tensor_params"]["bn_gamma"] = {"conv_bn_gamma": fx.tensor(77, 4, [2])}
+    node["param_map"]["bn_gamma"] = 2
+    path = fx.write(tmp_path, "new")
+    path.write_text(json.dumps(doc))
+    net = reader.read(path)
+    assert net.graph.ops[0].param("bn_gamma") is None and net.missing_data == () and net.diagnostics == ()
+
+
 @pytest.mark.parametrize("edit, needle", [
     (lambda n: n["scalar_params"].pop("pool_type"), "names its QNN op through `pool_type`"),
     (lambda n: n["scalar_params"].update(pool_type={"306": 3}), "`pool_type` must be a string"),
