@@ -39,7 +39,10 @@ def tensor(tid: int, ttype: int, dims: list[int], dt: int = F32, data: Any = Non
 
 def node(style: str, ir_type: str, ins: list[str], outs: list[str], *, scalars: dict[str, tuple[int, Any]] = {},
          tensors: dict[str, tuple[str, list[int], list[Any]]] = {}, meta: tuple[str, ...] = ()) -> dict[str, Any]:
-    """`scalars`: name -> (datatype code, value); `tensors`: name -> (tensor name, dims, data); `meta` names meta params."""
+    """`scalars`: name -> (datatype code, value); `tensors`: name -> (tensor name, dims, data).
+
+    `meta` names the meta params (param_map 2; packageName always is).
+    """
     sp = {k: {str(code): v} for k, (code, v) in scalars.items()}
     sp["packageName"] = {str(PKG_CODE[style]): "qti.aisw"}
     tp = {k: {tn: tensor(900 + i, 4, dims, U32, data)} for i, (k, (tn, dims, data)) in enumerate(tensors.items())}
@@ -84,7 +87,7 @@ def net(style: str) -> dict[str, Any]:
                              tensors={"axes": ("mean_axes", [2], [1, 2])}, meta=("reduce_type",))
     else:
         t |= {"p": tensor(7, 1, [1, 2, 2, 2])}
-    return {"model.cpp": f"/home/u/{s}.cpp", "model.bin": f"/home/u/{s}.bin",
+    return {"model.cpp": f"build/{s}.cpp", "model.bin": f"build/{s}.bin",
             "converter_command": "qnn-onnx-converter; act_bitwidth=8", "copyright_str": "",
             "op_types": sorted({n["type"] for n in nodes.values()}), "graph": {"tensors": t, "nodes": nodes}}
 

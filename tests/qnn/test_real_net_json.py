@@ -37,8 +37,8 @@ _STR = r'"((?:[^"\\]|\\.)*)"'
 _NODE = re.compile(r"addNode\(\s*QNN_OPCONFIG_VERSION_\w+,\s*//[^\n]*\n\s*" + _STR + r",\s*//\s*Node Name\s*"
                    + _STR + r",\s*//\s*Package Name\s*" + _STR + r",\s*//\s*Qnn Node Type\s*(\w+),")
 _PARAMS = re.compile(r"Qnn_Param_t\s+(\w+)\[\]\s*=\s*\{(.*?)\n\s*\};", re.S)
-_PARAM = re.compile(r"\.paramType\s*=\s*QNN_PARAMTYPE_(\w+),\s*\.name\s*=\s*" + _STR
-                    + r"(?:,\s*\{\.scalarParam\s*=\s*\(Qnn_Scalar_t\)\s*\{QNN_DATATYPE_(\w+),\s*\{\.\w+\s*=\s*([^}]*)\}\}\})?")
+_SCALAR = r"(?:,\s*\{\.scalarParam\s*=\s*\(Qnn_Scalar_t\)\s*\{QNN_DATATYPE_(\w+),\s*\{\.\w+\s*=\s*([^}]*)\}\}\})?"
+_PARAM = re.compile(r"\.paramType\s*=\s*QNN_PARAMTYPE_(\w+),\s*\.name\s*=\s*" + _STR + _SCALAR)
 
 
 def cpp_nodes(text: str) -> dict[str, tuple[str, str, list[tuple[str, str, str, str]]]]:
