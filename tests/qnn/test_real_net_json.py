@@ -5,7 +5,8 @@ outputs, e.g. copies of the `_net.json`/`.cpp`/`.bin` files of public repositori
 such as apo11o-M/ml-models, xLPMG/efficient-machine-learning (submissions/*/model)
 or tristanqiu8/qnn_test_flow (test_dump/*). For each file:
 
-* it reads (absent or git-LFS `.bin` allowed), and a real `.bin` gives all data;
+* it reads (absent or git-LFS `.bin` allowed); with a real `.bin` it has all its
+  data and runs on the reference interpreter (random inputs; outputs of the declared shapes);
 * when the converter's `.cpp` sits next to it, every node has the op type,
   package, params (in order) and scalar values the `.cpp` passes to addNode;
 * validation on every backend runs without unknown params or shape-rule crashes;
@@ -21,12 +22,15 @@ import re
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from qlower.api import load_registry
 from qlower.qnn import reader
+from qlower.qnn.datatypes import to_numpy
 from qlower.qnn.model import ScalarParam
 from qlower.qnn.validate import validate_graph
+from qlower.reference.interpreter import run
 
 ENV = "QLOWER_REAL_NET_JSON_DIR"
 ROOT = Path(os.environ[ENV]) if os.environ.get(ENV) else None
@@ -65,7 +69,19 @@ def test_real_net_json(path: Path) -> None:
     net = reader.read(path)
     binp = path.with_name(path.name[: -len("_net.json")] + ".bin")
     if binp.is_file() and tarfile.is_tarfile(binp):
-        net.require_data()
+        graph = net.require_data()
+        rng = np.random.default_rng(0)
+        inputs = {}
+        for name in graph.inputs:
+            t = graph.tensors[name]
+            dtype = to_numpy(t.datatype)
+            if np.issubdtype(dtype, np.integer):
+                info = np.iinfo(dtype)
+                inputs[name] = rng.integers(max(info.min, -128), min(info.max, 255), t.dims, endpoint=True).astype(dtype)
+            else:
+                inputs[name] = rng.standard_normal(t.dims).astype(dtype)
+        outputs = run(graph, inputs)
+        assert {k: v.shape for k, v in outputs.items()} == {k: tuple(graph.tensors[k].dims) for k in graph.outputs}
     cpp = path.with_name(path.name[: -len("_net.json")] + ".cpp")
     if cpp.is_file():
         nodes = cpp_nodes(cpp.read_text(encoding="utf-8", errors="replace"))
