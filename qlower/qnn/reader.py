@@ -57,12 +57,14 @@ class NetFile:
         if not self.missing_data:
             return self.graph
         first = self.missing_data[0]
-        more = f" (and {len(self.missing_data) - 1} more)" if len(self.missing_data) > 1 else ""
+        n = len(self.missing_data) - 1
+        more = f"; {n} more static tensor{'s' if n != 1 else ''} lack data too" if n else ""
         name = self.path.name if self.path else self.graph.name
         raise QlowerError(error(
             f"static tensor has no data: {self.data_problem}{more}",
             subject=f"{name}: tensor '{first}'", code="missing-data",
-            hint="put the real .bin next to the JSON (for a git-LFS pointer: `git lfs pull`)"))
+            hint="put the real .bin next to the JSON (for a git-LFS pointer: `git lfs pull`); "
+                 "`qlower validate` checks everything but the values without it"))
 
 
 def load(net_json: Path, bin_path: Path | None = None) -> QnnGraph:
@@ -119,6 +121,7 @@ class _Ctx:
         self.path, self.table = path, table
         self.unknown: dict[str, set[str]] = {}
         self.missing: list[str] = []
+        self.unmapped: list[str] = []  # IR-type nodes that do not say which QNN op they are
 
     def fail(self, message: str, subject: str | None = None) -> QlowerError:
         where = f"{self.path.name}: {subject}" if subject else self.path.name
@@ -136,6 +139,10 @@ class _Ctx:
             out.append(warning(
                 f"static data of {n} tensor{'s' if n != 1 else ''} is not available ({raws.problem}); "
                 "everything else is checked, tensor values are not", subject=self.path.name, code="missing-data"))
+        if self.unmapped:
+            shown = ", ".join(self.unmapped[:3]) + (f" and {len(self.unmapped) - 3} more" if len(self.unmapped) > 3 else "")
+            out.append(warning(f"{len(self.unmapped)} node{'s' if len(self.unmapped) != 1 else ''} keep their converter "
+                               f"IR type, which names no QNN op: {shown}", subject=self.path.name, code="ir-type"))
         if self.unknown:
             listed = "; ".join(f"{where}: {', '.join(sorted(keys))}" for where, keys in sorted(self.unknown.items()))
             out.append(Diagnostic(Severity.NOTE, f"ignored keys qlower does not know ({listed})",
@@ -373,13 +380,14 @@ def _op_type(node_type: str, params: dict[str, Param], pmap: dict[str, int], sub
     rule = ctx.table.rule_for(node_type, params)
     if rule is None:
         wanted = " or ".join(f"`{r.param}`" for r in ctx.table.rules[node_type])
-        raise ctx.fail(f"converter IR type `{node_type}` names its QNN op through {wanted}, "
-                       "and the node has none of them", subject)
+        ctx.unmapped.append(f"{subject} ({node_type} without {wanted})")
+        return node_type, meta, None
     if rule.qnn_op is not None:
         meta.discard(rule.param)
         return rule.qnn_op, meta, f"converter IR {node_type}"
     p = params[rule.param]
     if not isinstance(p, ScalarParam) or not isinstance(p.value, str) or not p.value:
-        raise ctx.fail(f"converter IR type `{node_type}`: `{rule.param}` must be a string naming the QNN op", subject)
+        ctx.unmapped.append(f"{subject} ({node_type} whose `{rule.param}` is not a QNN op name)")
+        return node_type, meta, None
     meta.add(rule.param)
     return p.value, meta, f"converter IR {node_type}"
