@@ -58,7 +58,7 @@ class NetFile:
             return self.graph
         first = self.missing_data[0]
         n = len(self.missing_data) - 1
-        more = f"; {n} more static tensor{'s' if n != 1 else ''} lack data too" if n else ""
+        more = f"; {n} more static tensor{'s lack' if n != 1 else ' lacks'} data too" if n else ""
         name = self.path.name if self.path else self.graph.name
         raise QlowerError(error(
             f"static tensor has no data: {self.data_problem}{more}",
