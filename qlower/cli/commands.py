@@ -37,7 +37,8 @@ def check(args: argparse.Namespace) -> int:
     if missing:
         raise QlowerError([error(f"no such file or folder: {p}", code="io") for p in missing])
     registry = load_registry(args.opdefs)
-    diags, sources = check_paths(args.paths, registry=registry, functions=installed().functions)
+    extra = installed()
+    diags, sources = check_paths(args.paths, registry=registry, functions=extra.functions, packs=extra.packs)
     if diags:
         print(render_all(diags, sources), file=sys.stderr)
     errors = sum(1 for d in diags if d.severity is Severity.ERROR)
@@ -280,3 +281,12 @@ def plugins(args: argparse.Namespace) -> int:
         print(render_all(c.conflicts), file=sys.stderr)
         return 1
     return 0
+
+
+def lsp(args: argparse.Namespace) -> int:
+    try:
+        from qlower.lsp.server import serve_stdio
+    except ImportError as exc:
+        raise QlowerError(error(f"the language server needs pygls: {exc}", hint="pip install 'qlower[lsp]'",
+                                code="missing-extra")) from None
+    return serve_stdio()

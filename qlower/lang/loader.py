@@ -8,7 +8,7 @@ error found, so a rule author sees all mistakes in one run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
@@ -72,6 +72,12 @@ class _Load:
     """One loading run: what was read, in order, and what went wrong."""
 
     packs_dir: Path
+    # Installed rule packs by name (plugins included); `import NAME` looks here before packs_dir.
+    packs: Mapping[str, Path] = attrs.field(factory=dict)
+    # Texts that stand in for files on disk (an editor's unsaved buffers), keyed by resolved path.
+    overlay: Mapping[Path, str] = attrs.field(factory=dict)
+    # Parsed modules by (file, text), shared between runs so an unchanged file is parsed once.
+    parse_cache: MutableMapping[tuple[str, str], ast.Module | QlowerError] | None = None
     modules: list[ast.Module] = attrs.field(factory=list)
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
     sources: SourceCache = attrs.field(factory=SourceCache)
@@ -102,21 +108,33 @@ class _Load:
         if key in self.seen:
             return
         self.seen.add(key)
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            self.diagnostics.append(error(f"cannot read rule file {f}: {exc}", code="io"))
-            return
+        text = self.overlay.get(key)
+        if text is None:
+            try:
+                text = f.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                self.diagnostics.append(error(f"cannot read rule file {f}: {exc}", code="io"))
+                return
         self.sources.add(str(f), text)
-        try:
-            module = parse(text, str(f))
-        except QlowerError as exc:
-            self.diagnostics.extend(exc.diagnostics)
+        module = self._parse(text, str(f))
+        if isinstance(module, QlowerError):
+            self.diagnostics.extend(module.diagnostics)
             self.syntax_errors = True
             return
         for imp in module.imports:
             self.import_(imp, f)
         self.modules.append(module)
+
+    def _parse(self, text: str, file: str) -> ast.Module | QlowerError:
+        cached = self.parse_cache.get((file, text)) if self.parse_cache is not None else None
+        if cached is None:
+            try:
+                cached = parse(text, file)
+            except QlowerError as exc:
+                cached = exc
+            if self.parse_cache is not None:
+                self.parse_cache[(file, text)] = cached
+        return cached
 
     def _at(self, imp: ast.Import) -> Span | None:
         needle = f'"{imp.target}"' if imp.is_path else imp.target
@@ -132,9 +150,9 @@ class _Load:
                 return
             self.path(target, imp.span)
             return
-        pack = self.packs_dir.joinpath(*imp.target.split("."))
-        if not pack.is_dir():
-            known = sorted(p.name for p in self.packs_dir.glob("*/") if p.is_dir())
+        pack = resolve_pack(imp.target, self.packs, self.packs_dir)
+        if pack is None:
+            known = sorted({*self.packs, *(p.name for p in self.packs_dir.glob("*/") if p.is_dir())})
             self.diagnostics.append(error(f"unknown rule pack `{imp.target}`", span=self._at(imp),
                                           hint=suggest(imp.target, known) or (
                                               f"packs are {', '.join(known)}" if known else None),
@@ -143,9 +161,21 @@ class _Load:
         self.folder(pack, imp.span)
 
 
+def resolve_pack(target: str, packs: Mapping[str, Path], packs_dir: Path) -> Path | None:
+    """The folder of pack `a.b`: `a` among the installed packs (or under packs_dir), then `b` inside it."""
+    head, *rest = target.split(".")
+    root = packs.get(head)
+    if root is None:
+        root = packs_dir / head
+    folder = root.joinpath(*rest)
+    return folder if folder.is_dir() else None
+
+
 def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions: FunctionTable | None,
-         packs_dir: Path | None) -> _Load:
-    load = _Load(packs_dir if packs_dir is not None else _resources.data_dir("patterns"))
+         packs_dir: Path | None, packs: Mapping[str, Path] | None = None,
+         overlay: Mapping[Path, str] | None = None, parse_cache: MutableMapping | None = None) -> _Load:
+    load = _Load(packs_dir if packs_dir is not None else _resources.data_dir("patterns"), packs=packs or {},
+                 overlay=overlay or {}, parse_cache=parse_cache)
     for p in paths:
         load.path(Path(p))
     if registry is None:
@@ -163,18 +193,38 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
 
 
 def check_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,
-                functions: FunctionTable | None = None,
-                packs_dir: Path | None = None) -> tuple[list[Diagnostic], SourceCache]:
+                functions: FunctionTable | None = None, packs_dir: Path | None = None,
+                packs: Mapping[str, Path] | None = None) -> tuple[list[Diagnostic], SourceCache]:
     """Every finding for these files/folders (syntax errors of each file, then semantic ones); never raises
     for mistakes in the rules. The SourceCache renders the findings."""
-    load = _run(paths, registry, functions, packs_dir)
+    load = _run(paths, registry, functions, packs_dir, packs)
     return load.diagnostics, load.sources
 
 
+@attrs.frozen
+class Inspection:
+    """Everything one checking run saw: the modules in load order, the findings and the texts."""
+
+    modules: tuple[ast.Module, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    sources: SourceCache = attrs.field(eq=False)
+
+
+def inspect_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,
+                  functions: FunctionTable | None = None, packs_dir: Path | None = None,
+                  packs: Mapping[str, Path] | None = None, overlay: Mapping[Path, str] | None = None,
+                  parse_cache: MutableMapping | None = None) -> Inspection:
+    """`check_paths` for tools that also need the syntax trees (the language server): `overlay` holds
+    unsaved texts by resolved path; `parse_cache` (any dict) lets repeated runs parse each text once."""
+    load = _run(paths, registry, functions, packs_dir, packs, overlay, parse_cache)
+    return Inspection(tuple(load.modules), tuple(load.diagnostics), load.sources)
+
+
 def load_rules(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,
-               functions: FunctionTable | None = None, packs_dir: Path | None = None) -> RuleSet:
+               functions: FunctionTable | None = None, packs_dir: Path | None = None,
+               packs: Mapping[str, Path] | None = None) -> RuleSet:
     """Load, parse and check rule files/folders; raises QlowerError with all errors (and warnings)."""
-    load = _run(paths, registry, functions, packs_dir)
+    load = _run(paths, registry, functions, packs_dir, packs)
     if any(d.is_error for d in load.diagnostics):
         raise QlowerError(load.diagnostics)
     mods = tuple(load.modules)
