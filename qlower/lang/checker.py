@@ -8,7 +8,7 @@ raises for bad input. Rule bodies are checked by `checker_rules`, tests by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from qlower.diagnostics import Diagnostic, Note, SourceCache, error, warning
 from qlower.lang import ast
@@ -82,11 +82,13 @@ CODES: dict[str, str] = {
 
 
 def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions: FunctionTable,
-          sources: SourceCache | None = None) -> list[Diagnostic]:
+          sources: SourceCache | None = None, focus: Collection[str] | None = None) -> list[Diagnostic]:
     """All findings for a rule set, ordered by file (as given) and position.
 
     `sources` (the texts the modules were parsed from) lets findings point at
-    the exact name inside a node, e.g. the op of an emit item.
+    the exact name inside a node, e.g. the op of an emit item. `focus` (file
+    names) checks only those files' rules and tests in depth, the others giving
+    just their names and declarations: an editor re-checking one changed file.
     """
     ctx = Context(registry, functions, Locator(sources))
     for m in modules:
@@ -99,7 +101,10 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
             ctx.report(error(f"rule `{r.name}` is defined twice", span=_name_span(ctx, r, "rule"),
                              code="duplicate-rule", notes=[Note("first defined here", _name_span(ctx, first, "rule"))]))
     broken: set[int] = set()  # rules with errors do not shadow others
+    deep = {id(x) for m in modules if focus is None or m.file in focus for x in m.items}
     for r in rules:
+        if id(r) not in deep:
+            continue
         n = ctx.errors
         RuleChecker(ctx, r).run()
         if ctx.errors > n:
@@ -112,7 +117,8 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
                 ctx.report(error(f"test `{t.name}` is defined twice", span=_name_span(ctx, t, "test"),
                                  code="duplicate-test",
                                  notes=[Note("first defined here", _name_span(ctx, first_t, "test"))]))
-            TestChecker(ctx, t).run()
+            if id(t) in deep:
+                TestChecker(ctx, t).run()
     _check_shadowing(ctx, rules, broken)
     order = {m.file: i for i, m in enumerate(modules)}
     big = len(order)

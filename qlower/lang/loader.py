@@ -173,7 +173,8 @@ def resolve_pack(target: str, packs: Mapping[str, Path], packs_dir: Path) -> Pat
 
 def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions: FunctionTable | None,
          packs_dir: Path | None, packs: Mapping[str, Path] | None = None,
-         overlay: Mapping[Path, str] | None = None, parse_cache: MutableMapping | None = None) -> _Load:
+         overlay: Mapping[Path, str] | None = None, parse_cache: MutableMapping | None = None,
+         focus: Sequence[str | Path] | None = None) -> _Load:
     load = _Load(packs_dir if packs_dir is not None else _resources.data_dir("patterns"), packs=packs or {},
                  overlay=overlay or {}, parse_cache=parse_cache)
     for p in paths:
@@ -185,7 +186,8 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
             load.diagnostics.extend(exc.diagnostics)
             return load
     found = check(load.modules, registry=registry,
-                  functions=functions if functions is not None else builtin_functions(), sources=load.sources)
+                  functions=functions if functions is not None else builtin_functions(), sources=load.sources,
+                  focus=None if focus is None else {str(f) for f in focus})
     if load.syntax_errors:
         found = [d for d in found if d.code not in _NEEDS_ALL_FILES]
     load.diagnostics.extend(found)
@@ -213,10 +215,11 @@ class Inspection:
 def inspect_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,
                   functions: FunctionTable | None = None, packs_dir: Path | None = None,
                   packs: Mapping[str, Path] | None = None, overlay: Mapping[Path, str] | None = None,
-                  parse_cache: MutableMapping | None = None) -> Inspection:
+                  parse_cache: MutableMapping | None = None, focus: Sequence[str | Path] | None = None) -> Inspection:
     """`check_paths` for tools that also need the syntax trees (the language server): `overlay` holds
-    unsaved texts by resolved path; `parse_cache` (any dict) lets repeated runs parse each text once."""
-    load = _run(paths, registry, functions, packs_dir, packs, overlay, parse_cache)
+    unsaved texts by resolved path; `parse_cache` (any dict) lets repeated runs parse each text once;
+    `focus` limits the in-depth checks to those files (the others lend their names and declarations)."""
+    load = _run(paths, registry, functions, packs_dir, packs, overlay, parse_cache, focus)
     return Inspection(tuple(load.modules), tuple(load.diagnostics), load.sources)
 
 

@@ -112,8 +112,9 @@ class Workspace:
         """Re-check one open document (with its imports, unsaved buffers taking precedence over disk)."""
         doc = self.docs[_key(path)]
         overlay = {p: d.text for p, d in self.docs.items()}
-        found = inspect_paths([self.pack_of(doc.path) or doc.path], registry=self.registry, functions=self.functions, packs=self.packs,
-                              packs_dir=self.packs_dir, overlay=overlay, parse_cache=self._parse_cache)
+        found = inspect_paths([self.pack_of(doc.path) or doc.path], registry=self.registry,
+                              functions=self.functions, packs=self.packs, packs_dir=self.packs_dir, overlay=overlay,
+                              parse_cache=self._parse_cache, focus=[doc.path])
         doc.inspection = found
         doc.module = next((m for m in found.modules if _key(Path(m.file)) == doc.path), None)
         if doc.module is not None:

@@ -18,7 +18,7 @@ from pygls.uris import from_fs_path, to_fs_path
 from qlower.diagnostics import Diagnostic, Severity, Span
 from qlower.lsp.analysis import Workspace
 
-DEBOUNCE_SECONDS = 0.15
+DEBOUNCE_SECONDS = 0.075
 _SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error, Severity.WARNING: lsp.DiagnosticSeverity.Warning,
              Severity.NOTE: lsp.DiagnosticSeverity.Information}
 _COMPLETION_KIND = {"op": lsp.CompletionItemKind.Class, "param": lsp.CompletionItemKind.Field,

@@ -64,3 +64,23 @@ def test_a_buffer_that_does_not_parse_still_completes_from_the_last_good_tree(wo
     assert workspace.format(path) is None  # nothing to format while the text does not parse
     names = {c.label for c in workspace.completion(path, 4, 2)}
     assert {"a", "b", "k", "y"} <= names
+
+
+def test_checking_one_file_in_depth_finds_what_checking_its_whole_pack_finds(workspace):
+    """The server re-checks only the changed file's rules and tests; that must lose no finding for it."""
+    from qlower.lang.loader import inspect_paths
+
+    pack = workspace.packs["mllm"]
+    for path in sorted(Path(pack).glob("*.qpat")):
+        path = path.resolve()
+        text = path.read_text()
+        broken = text.replace("qnn.", "qnn.X", 1).replace("require ", "require nosuch + ", 1)
+        overlay = {path: broken}
+        kwargs = dict(registry=workspace.registry, functions=workspace.functions, packs=workspace.packs,
+                      overlay=overlay)
+        full = inspect_paths([pack], **kwargs).diagnostics
+        focused = inspect_paths([pack], focus=[path], **kwargs).diagnostics
+        mine = [str(d) for d in full if d.span is not None and d.span.file == str(path)]
+        assert mine == [str(d) for d in focused if d.span is not None and d.span.file == str(path)], path.name
+        if "qnn." in text:
+            assert mine, path.name  # the mutation was found at all
