@@ -20,6 +20,7 @@ from qlower.lang import ast
 from qlower.lang.checker import check
 from qlower.lang.checker_types import suggest
 from qlower.lang.checker_sigs import Locator
+from qlower.lang.names import qualify, resolve_rule
 from qlower.lang.parser import parse
 from qlower.lang.registry import TargetRegistry, default_registry
 from qlower.rewrite.functions import FunctionTable, builtin_functions
@@ -45,23 +46,26 @@ class RuleSet:
     @_by_name.default
     def _index_names(self) -> Mapping[str, ast.Rule]:
         out: dict[str, ast.Rule] = {}
+        short: dict[str, list[ast.Rule]] = {}
         for r in self.rules:
             out.setdefault(r.name, r)
+            short.setdefault(r.name.rsplit(".", 1)[-1], []).append(r)
+        for name, found in short.items():  # `add` finds `mllm.add` while no other pack has an `add`
+            if len(found) == 1:
+                out.setdefault(name, found[0])
         return MappingProxyType(out)
 
     @_files.default
-    def _index_files(self) -> Mapping[int, str]:
-        return MappingProxyType({id(r): m.file for m in self.modules for r in m.rules})
+    def _index_files(self) -> Mapping[str, str]:
+        return MappingProxyType({qualify(m.namespace, r.name): m.file for m in self.modules for r in m.rules})
 
     def rule(self, name: str) -> ast.Rule | None:
+        """A rule by its name: qualified (`mllm.add`), or unqualified when only one pack has it."""
         return self._by_name.get(name)
 
     def rule_file(self, rule: ast.Rule) -> str:
         """The file `rule` was loaded from."""
-        found = self._files.get(id(rule))
-        if found is None:
-            same = self.rule(rule.name)
-            found = self._files.get(id(same)) if same is not None else None
+        found = self._files.get(rule.name)
         if found is None:
             raise KeyError(f"rule {rule.name} is not in this rule set")
         return found
@@ -79,20 +83,35 @@ class _Load:
     # Parsed modules by (file, text), shared between runs so an unchanged file is parsed once.
     parse_cache: MutableMapping[tuple[str, str], ast.Module | QlowerError] | None = None
     modules: list[ast.Module] = attrs.field(factory=list)
+    direct: set[str] = attrs.field(factory=set)  # files the caller named (not reached through an import)
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
     sources: SourceCache = attrs.field(factory=SourceCache)
     seen: set[Path] = attrs.field(factory=set)
     syntax_errors: bool = False
 
-    def path(self, p: Path, span: Span | None = None) -> None:
+    @property
+    def pack_roots(self) -> dict[Path, str]:
+        roots = {p.resolve(): name for name, p in self.packs.items()}
+        if self.packs_dir.is_dir():
+            for p in self.packs_dir.iterdir():
+                if p.is_dir():
+                    roots.setdefault(p.resolve(), p.name)
+        return roots
+
+    def namespace_of(self, f: Path) -> str:
+        """The pack a file belongs to (the nearest enclosing pack folder), or "" for a user's file."""
+        roots = self.pack_roots
+        return next((roots[d] for d in f.parents if d in roots), "")
+
+    def path(self, p: Path, span: Span | None = None, direct: bool = False) -> None:
         if p.is_dir():
-            self.folder(p, span)
+            self.folder(p, span, direct)
         elif p.is_file():
-            self.file(p)
+            self.file(p, direct)
         else:
             self.diagnostics.append(error(f"no such rule file or folder: {p}", span=span, code="unknown-import"))
 
-    def folder(self, d: Path, span: Span | None = None) -> None:
+    def folder(self, d: Path, span: Span | None = None, direct: bool = False) -> None:
         try:
             files = sorted(f for f in d.rglob("*.qpat") if f.is_file())
         except OSError as exc:
@@ -101,10 +120,12 @@ class _Load:
         if not files:
             self.diagnostics.append(warning(f"rule folder {d} holds no .qpat files", span=span, code="empty-folder"))
         for f in files:
-            self.file(f)
+            self.file(f, direct)
 
-    def file(self, f: Path) -> None:
+    def file(self, f: Path, direct: bool = False) -> None:
         key = f.resolve()
+        if direct:
+            self.direct.add(str(f))
         if key in self.seen:
             return
         self.seen.add(key)
@@ -121,6 +142,9 @@ class _Load:
             self.diagnostics.extend(module.diagnostics)
             self.syntax_errors = True
             return
+        namespace = self.namespace_of(key)
+        if namespace:
+            module = attrs.evolve(module, namespace=namespace)
         for imp in module.imports:
             self.import_(imp, f)
         self.modules.append(module)
@@ -158,17 +182,23 @@ class _Load:
                                               f"packs are {', '.join(known)}" if known else None),
                                           code="unknown-import"))
             return
-        self.folder(pack, imp.span)
+        self.path(pack, imp.span)
 
 
 def resolve_pack(target: str, packs: Mapping[str, Path], packs_dir: Path) -> Path | None:
-    """The folder of pack `a.b`: `a` among the installed packs (or under packs_dir), then `b` inside it."""
+    """The folder or file of pack `a.b`: `a` among the installed packs (or under packs_dir), then the
+    folder `b` or the file `b.qpat` inside it."""
     head, *rest = target.split(".")
     root = packs.get(head)
     if root is None:
         root = packs_dir / head
     folder = root.joinpath(*rest)
-    return folder if folder.is_dir() else None
+    if folder.is_dir():
+        return folder
+    if rest:  # `import mllm.ops`: one file of the pack (ops.qpat holds a pack's declarations)
+        file = root.joinpath(*rest[:-1], rest[-1] + ".qpat")
+        return file if file.is_file() else None
+    return None
 
 
 def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions: FunctionTable | None,
@@ -178,7 +208,7 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
     load = _Load(packs_dir if packs_dir is not None else _resources.data_dir("patterns"), packs=packs or {},
                  overlay=overlay or {}, parse_cache=parse_cache)
     for p in paths:
-        load.path(Path(p))
+        load.path(Path(p), direct=True)
     if registry is None:
         try:
             registry = default_registry()
@@ -190,7 +220,9 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
                   focus=None if focus is None else {str(f) for f in focus})
     if load.syntax_errors:
         found = [d for d in found if d.code not in _NEEDS_ALL_FILES]
-    load.diagnostics.extend(found)
+    # Warnings and notes about files only reached through an import (a pack's rule that a user's rule
+    # shadows) are the pack's business, not the caller's; errors there still block loading.
+    load.diagnostics.extend(d for d in found if d.is_error or d.span is None or d.span.file in load.direct)
     return load
 
 
@@ -235,6 +267,25 @@ def load_rules(paths: Sequence[str | Path], *, registry: TargetRegistry | None =
     for m in mods:
         for d in m.ops:
             ops.setdefault(d.op, d)
-    return RuleSet(modules=mods, ops=MappingProxyType(ops), rules=tuple(r for m in mods for r in m.rules),
-                   tests=tuple(t for m in mods for t in m.tests), warnings=tuple(load.diagnostics),
-                   sources=load.sources)
+    rules, tests = _qualified(mods)
+    return RuleSet(modules=mods, ops=MappingProxyType(ops), rules=rules, tests=tests,
+                   warnings=tuple(load.diagnostics), sources=load.sources)
+
+
+def _qualified(mods: Sequence[ast.Module]) -> tuple[tuple[ast.Rule, ...], tuple[ast.Test, ...]]:
+    """Rules and tests under their qualified names, tests pointing at the rules they mean; a rule
+    another overrides is left out, with its tests (they test what was replaced)."""
+    known = {qualify(m.namespace, r.name) for m in mods for r in m.rules}
+    replaced = {r.overrides for m in mods for r in m.rules if r.overrides}
+    rules = tuple(attrs.evolve(r, name=qualify(m.namespace, r.name)) for m in mods for r in m.rules
+                  if qualify(m.namespace, r.name) not in replaced)
+    tests = []
+    for m in mods:
+        for t in m.tests:
+            target = resolve_rule(t.rule_name, m.namespace, known) or t.rule_name
+            if target in replaced:
+                continue
+            body = tuple(attrs.evolve(s, text=resolve_rule(s.text, m.namespace, known) or s.text)
+                         if isinstance(s, ast.Expect) and s.kind == "rule" and s.text else s for s in t.body)
+            tests.append(attrs.evolve(t, name=qualify(m.namespace, t.name), rule=target, body=body))
+    return rules, tuple(tests)
