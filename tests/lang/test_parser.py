@@ -459,9 +459,11 @@ def test_reference_examples_pass_the_checker(line: int, block: str, tmp_path: Pa
         return
     if " overrides " in block:  # needs the whole pack it overrides a rule of, as its imports say
         from qlower.lang.loader import check_paths
+        from qlower.plugins import builtin_contributions
 
         (tmp_path / "example.qpat").write_text(block)
-        found, _ = check_paths([tmp_path / "example.qpat"], registry=_registry())
+        found, _ = check_paths([tmp_path / "example.qpat"], registry=_registry(),
+                               functions=builtin_contributions().functions)
         assert [str(d) for d in found] == []
         return
     ops_file = DOC.parents[1] / "patterns" / "mllm" / "ops.qpat"
