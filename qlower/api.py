@@ -78,7 +78,7 @@ def load_rules(paths: Sequence[str | Path] = (), *, packs: Sequence[str] = (), o
         all_paths.append(found)
     opdefs = list(opdefs) + list(extra.opdef_paths)
     reg = registry if registry is not None else load_registry(opdefs)
-    ruleset = _load(all_paths, registry=reg, functions=functions)
+    ruleset = _load(all_paths, registry=reg, functions=functions, packs=extra.packs)
     return Rules(ruleset, reg, functions, extra.kernels)
 
 

@@ -76,7 +76,7 @@ def builtin_plugin() -> Plugin:
         from qlower.reference.onnx_kernels import OnnxKernels
 
         kernels["onnx"] = OnnxKernels()
-    if "aten" in packs:  # ATen's own semantics; torch (qlower[torch]) is imported only when a kernel runs
+    if "aten" in packs and _importable("torch"):  # ATen's own semantics, from torch (the extra qlower[torch])
         from qlower.reference.aten_kernels import AtenKernels, declared_aten_ops
 
         kernels["aten"] = AtenKernels(declared_aten_ops(packs["aten"]))

@@ -231,12 +231,12 @@ def test_lower_with_the_mllm_pack():
     res = qlower.lower(g, _mllm(), "cpu")
     res.raise_for_errors()
     assert res.qnn_op_counts() == {"Reshape": 2, "Tile": 1}
-    assert {o.provenance.rule for o in g.ops} == {"repeat_interleave"}
-    assert res.coverage_json()["mllm.Repeat"]["rules"] == {"repeat_interleave": 1}
+    assert {o.provenance.rule for o in g.ops} == {"mllm.repeat_interleave"}
+    assert res.coverage_json()["mllm.Repeat"]["rules"] == {"mllm.repeat_interleave": 1}
 
 
 def test_mllm_pack_on_lpai_uses_its_own_rule():
     g = repeat_graph()
     res = qlower.lower(g, _mllm(), "lpai")
-    assert {o.provenance.rule for o in g.ops if o.provenance} == {"repeat_interleave_concat"}
+    assert {o.provenance.rule for o in g.ops if o.provenance} == {"mllm.repeat_interleave_concat"}
     assert "Tile" not in res.qnn_op_counts()

@@ -45,8 +45,9 @@ def built(tmp_path_factory):
 
 
 def _load(out: Path, name: str) -> Graph:
-    io = pytest.importorskip("qlower.graph.io")
-    return io.load_graph(out / f"{name}.json")
+    from qlower.graph.io import load_graph
+
+    return load_graph(out / f"{name}.json")
 
 
 def _inputs(out: Path, name: str) -> dict[str, np.ndarray]:

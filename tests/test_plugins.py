@@ -116,7 +116,7 @@ def test_plugin_pack_loads_through_load_rules(monkeypatch):
     monkeypatch.setattr(plugins, "discover", lambda: [Plugin("toy", rule_packs={"toy": TOY_RULES},
                                                              functions=[fn("toy_half")])])
     r = qlower.load_rules(packs=["toy"])
-    assert [x.name for x in r.ruleset.rules] == ["toy_scale_add", "toy_double"]
+    assert [x.name for x in r.ruleset.rules] == ["toy.toy_scale_add", "toy.toy_double"]
     assert r.functions.get("toy_half") is not None
 
 
@@ -196,7 +196,7 @@ def check_toy_plugin_works(tmp_path: Path) -> None:
     res = qlower.lower(g, rules, "cpu")
     res.raise_for_errors()
     assert res.qnn_op_counts() == {"ElementWiseAdd": 2, "ElementWiseMultiply": 1}
-    assert {o.provenance.rule for o in g.ops} == {"toy_scale_add", "toy_double"}
+    assert {o.provenance.rule for o in g.ops} == {"toy.toy_scale_add", "toy.toy_double"}
 
     from qlower.qnn.reader import load
     from qlower.reference.interpreter import run

@@ -8,10 +8,11 @@ import io
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from qlower._files import write_atomic
-from qlower.diagnostics import QlowerError, Severity, error, render_all
+from qlower.diagnostics import QlowerError, Severity, did_you_mean, error, render_all
 
 
 def _progress(args: argparse.Namespace, text: str) -> None:
@@ -28,16 +29,37 @@ def _write_json_atomic(path: Path, obj) -> None:
 
 
 # ---------------------------------------------------------------- check / fmt
+def rule_paths(paths: Sequence[str]) -> list[Path]:
+    """Files and folders as given, or installed rule packs by name (`qlower check mllm`, `qlower test toy`)."""
+    from qlower.plugins import installed
+
+    out: list[Path] = []
+    problems = []
+    packs = None
+    for p in paths:
+        if Path(p).exists():
+            out.append(Path(p))
+            continue
+        packs = installed().packs if packs is None else packs
+        if p in packs:
+            out.append(Path(packs[p]))
+        else:
+            problems.append(error(f"no such file, folder or rule pack: {p}", code="io",
+                                  hint=did_you_mean(p, packs) or f"installed packs: {', '.join(sorted(packs))}"))
+    if problems:
+        raise QlowerError(problems)
+    return out
+
+
 def check(args: argparse.Namespace) -> int:
     from qlower.api import load_registry
     from qlower.lang.loader import check_paths
     from qlower.plugins import installed
 
-    missing = [p for p in args.paths if not Path(p).exists()]
-    if missing:
-        raise QlowerError([error(f"no such file or folder: {p}", code="io") for p in missing])
+    paths = rule_paths(args.paths)
     registry = load_registry(args.opdefs)
-    diags, sources = check_paths(args.paths, registry=registry, functions=installed().functions)
+    extra = installed()
+    diags, sources = check_paths(paths, registry=registry, functions=extra.functions, packs=extra.packs)
     if diags:
         print(render_all(diags, sources), file=sys.stderr)
     errors = sum(1 for d in diags if d.severity is Severity.ERROR)
@@ -51,13 +73,8 @@ def fmt(args: argparse.Namespace) -> int:
     from qlower.lang.formatter import format_text
 
     files: list[Path] = []
-    for p in map(Path, args.paths):
-        if p.is_dir():
-            files.extend(sorted(p.rglob("*.qpat")))
-        elif p.exists():
-            files.append(p)
-        else:
-            raise QlowerError(error(f"no such file or folder: {p}", code="io"))
+    for p in rule_paths(args.paths):
+        files.extend(sorted(p.rglob("*.qpat")) if p.is_dir() else [p])
     unformatted = []
     for f in files:
         try:
@@ -232,7 +249,8 @@ def validate(args: argparse.Namespace) -> int:
 def test(args: argparse.Namespace) -> int:
     from qlower.verify.runner import run_paths
 
-    return run_paths(args.paths, keyword=args.keyword, examples=args.examples, opdefs=args.opdefs)
+    return run_paths([str(p) for p in rule_paths(args.paths)], keyword=args.keyword, examples=args.examples,
+                     opdefs=args.opdefs)
 
 
 def explain(args: argparse.Namespace) -> int:
@@ -281,3 +299,12 @@ def plugins(args: argparse.Namespace) -> int:
         print(render_all(c.conflicts), file=sys.stderr)
         return 1
     return 0
+
+
+def lsp(args: argparse.Namespace) -> int:
+    try:
+        from qlower.lsp.server import serve_stdio
+    except ImportError as exc:
+        raise QlowerError(error(f"the language server needs pygls: {exc}", hint="pip install 'qlower[lsp]'",
+                                code="missing-extra")) from None
+    return serve_stdio()

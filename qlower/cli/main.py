@@ -24,9 +24,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("qlower")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        from qlower import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qlower", description="Declarative lowering of model graphs to Qualcomm QNN.")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    p.add_argument("--version", action="version", version=f"qlower {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     s = sub.add_parser("check", help="parse and check .qpat rule files or rule-pack folders")
@@ -95,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("plugins", help="list installed plugins and what they contribute")
     s.set_defaults(func=commands.plugins)
+
+    s = sub.add_parser("lsp", help="run the .qpat language server on stdio (for editors)")
+    s.add_argument("--stdio", action="store_true", help="accepted for editors that pass it; stdio is the default")
+    s.set_defaults(func=commands.lsp)
     return p
 
 

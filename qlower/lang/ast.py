@@ -333,6 +333,7 @@ class Rule:
     benefit: int | None = None
     backends: tuple[str, ...] | None = None
     doc: str | None = None
+    overrides: str | None = None  # `rule r overrides mllm.gelu`: r replaces that rule of an imported pack
     span: Span = _span()
 
     @property
@@ -438,6 +439,9 @@ class Module:
     file: str = attrs.field(eq=False)
     items: tuple[Item, ...]
     comments: tuple[Comment, ...] = attrs.field(default=(), eq=False)
+    # The rule pack the file belongs to ("" for a user's own file): its rules and tests are named
+    # `namespace.name`. Set by the loader, not the parser.
+    namespace: str = attrs.field(default="", eq=False)
 
     @property
     def ops(self) -> tuple[OpDecl, ...]:

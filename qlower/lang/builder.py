@@ -198,22 +198,27 @@ class _Builder(Transformer):
     # rules
     def rule_decl(self, meta, ch):
         name, *rest = ch
-        benefit = backends = None
+        benefit = backends = overrides = None
         body = []
         for c in rest:
             if isinstance(c, tuple) and c[0] == "benefit":
                 benefit = c[1]
             elif isinstance(c, tuple) and c[0] == "backends":
                 backends = c[1]
+            elif isinstance(c, tuple) and c[0] == "overrides":
+                overrides = c[1]
             else:
                 body.append(c)
-        return ast.Rule(str(name), tuple(body), benefit, backends, span=self._s(meta))
+        return ast.Rule(str(name), tuple(body), benefit, backends, overrides=overrides, span=self._s(meta))
 
     def benefit(self, meta, ch):
         return ("benefit", ch[0])
 
     def backends(self, meta, ch):
         return ("backends", tuple(str(c) for c in ch))
+
+    def overrides(self, meta, ch):
+        return ("overrides", str(ch[0]))
 
     def signed_int(self, meta, ch):
         return _int(ch[0], self.file)

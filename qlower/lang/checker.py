@@ -8,7 +8,7 @@ raises for bad input. Rule bodies are checked by `checker_rules`, tests by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from qlower.diagnostics import Diagnostic, Note, SourceCache, error, warning
 from qlower.lang import ast
@@ -16,6 +16,7 @@ from qlower.lang.checker_rules import RuleChecker
 from qlower.lang.checker_sigs import BACKENDS, Context, Locator
 from qlower.lang.checker_tests import TestChecker
 from qlower.lang.checker_types import ATTR_TYPES, ExprTyper, suggest
+from qlower.lang.names import qualify
 from qlower.lang.registry import TargetRegistry
 from qlower.rewrite.functions import FunctionTable
 
@@ -82,24 +83,31 @@ CODES: dict[str, str] = {
 
 
 def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions: FunctionTable,
-          sources: SourceCache | None = None) -> list[Diagnostic]:
+          sources: SourceCache | None = None, focus: Collection[str] | None = None) -> list[Diagnostic]:
     """All findings for a rule set, ordered by file (as given) and position.
 
     `sources` (the texts the modules were parsed from) lets findings point at
-    the exact name inside a node, e.g. the op of an emit item.
+    the exact name inside a node, e.g. the op of an emit item. `focus` (file
+    names) checks only those files' rules and tests in depth, the others giving
+    just their names and declarations: an editor re-checking one changed file.
     """
     ctx = Context(registry, functions, Locator(sources))
     for m in modules:
         for d in m.ops:
             _check_decl(ctx, d)
     rules = [r for m in modules for r in m.rules]
+    keys = {id(r): qualify(m.namespace, r.name) for m in modules for r in m.rules}
     for r in rules:
-        first = ctx.rules.setdefault(r.name, r)
+        first = ctx.rules.setdefault(keys[id(r)], r)
         if first is not r:
             ctx.report(error(f"rule `{r.name}` is defined twice", span=_name_span(ctx, r, "rule"),
                              code="duplicate-rule", notes=[Note("first defined here", _name_span(ctx, first, "rule"))]))
+    overridden = _check_overrides(ctx, modules)
+    deep = {id(x) for m in modules if focus is None or m.file in focus for x in m.items}
     broken: set[int] = set()  # rules with errors do not shadow others
     for r in rules:
+        if id(r) not in deep:
+            continue
         n = ctx.errors
         RuleChecker(ctx, r).run()
         if ctx.errors > n:
@@ -107,13 +115,14 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     tests: dict[str, ast.Test] = {}
     for m in modules:
         for t in m.tests:
-            first_t = tests.setdefault(t.name, t)
+            first_t = tests.setdefault(qualify(m.namespace, t.name), t)
             if first_t is not t:
                 ctx.report(error(f"test `{t.name}` is defined twice", span=_name_span(ctx, t, "test"),
                                  code="duplicate-test",
                                  notes=[Note("first defined here", _name_span(ctx, first_t, "test"))]))
-            TestChecker(ctx, t).run()
-    _check_shadowing(ctx, rules, broken)
+            if id(t) in deep:
+                TestChecker(ctx, t, m.namespace).run()
+    _check_shadowing(ctx, [r for r in rules if id(r) not in overridden], broken, keys)
     order = {m.file: i for i, m in enumerate(modules)}
     big = len(order)
     return sorted(ctx.diagnostics, key=lambda d: (order.get(d.span.file, big), d.span.line, d.span.column)
@@ -224,13 +233,37 @@ def _matches_all(ctx: Context, rule: ast.Rule) -> bool:
     return True
 
 
-def _check_shadowing(ctx: Context, rules: list[ast.Rule], broken: set[int]) -> None:
+def _check_overrides(ctx: Context, modules: Sequence[ast.Module]) -> set[int]:
+    """`rule r overrides pack.rule`: the target must be a loaded rule of another pack. Returns the
+    replaced rules (by id), which then neither run nor shadow."""
+    out: set[int] = set()
+    for m in modules:
+        for r in m.rules:
+            if r.overrides is None:
+                continue
+            at = ctx.locate.find(r.span, r.overrides, after="overrides")
+            target = ctx.rules.get(r.overrides)
+            if target is None:
+                pack = r.overrides.split(".", 1)[0] if "." in r.overrides else None
+                hint = suggest(r.overrides, ctx.rules) or (f"add `import {pack}`" if pack else
+                                                           "name the rule with its pack, e.g. `mllm.gelu`")
+                ctx.report(error(f"rule `{r.overrides}` to override is not loaded", span=at, hint=hint,
+                                 code="unknown-rule"))
+            elif target is r or r.overrides == qualify(m.namespace, target.name):
+                ctx.report(error(f"rule `{r.name}` overrides a rule of its own pack", span=at,
+                                 hint="edit or remove that rule instead", code="bad-override"))
+            else:
+                out.add(id(target))
+    return out
+
+
+def _check_shadowing(ctx: Context, rules: list[ast.Rule], broken: set[int], keys: dict[int, str]) -> None:
     """Warn about rules that an earlier-tried rule matching every op of their root type hides."""
     ranked = sorted(range(len(rules)), key=lambda i: (-benefit(rules[i]), i))
     catch_all: dict[str, list[ast.Rule]] = {}
     for i in ranked:
         r = rules[i]
-        if not r.matches or ctx.rules.get(r.name) is not r:
+        if not r.matches or ctx.rules.get(keys[id(r)]) is not r:
             continue
         types = r.matches[0].pattern.op_types
         backends = set(r.backends or BACKENDS)

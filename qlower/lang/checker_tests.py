@@ -7,6 +7,7 @@ from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
 from qlower.lang.checker_sigs import Context
 from qlower.lang.checker_types import DTYPE_CONSTANTS, ExprTyper, suggest
+from qlower.lang.names import resolve_rule
 
 
 class TestChecker:
@@ -14,9 +15,10 @@ class TestChecker:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, ctx: Context, test: ast.Test):
+    def __init__(self, ctx: Context, test: ast.Test, namespace: str = ""):
         self.ctx = ctx
         self.test = test
+        self.namespace = namespace
         self.values: dict[str, Span | None] = {}
         self.typer = ExprTyper(ctx.functions, ctx.report, self._lookup, lambda: list(self.values))
 
@@ -31,9 +33,9 @@ class TestChecker:
         ctx.check_backends(t.backends, t.span)
         if t.rule is not None:
             self._rule_ref(t.rule, self._at(t.span, t.rule, after="for"))
-        elif t.name not in ctx.rules:
+        elif resolve_rule(t.name, self.namespace, ctx.rules) is None:
             ctx.report(error(f"no rule named `{t.name}` to test", span=self._at(t.span, t.name, after="test"),
-                             hint=suggest(t.name, ctx.rules) or f"write `test {t.name} for RULE`",
+                             hint=suggest(t.name, self._rule_names()) or f"write `test {t.name} for RULE`",
                              code="unknown-rule"))
         has_graph = False
         for s in t.body:
@@ -56,9 +58,14 @@ class TestChecker:
             ctx.report(error(f"test `{t.name}` has no `graph`", span=self._at(t.span, t.name, after="test"),
                              code="test-no-graph"))
 
+    def _rule_names(self) -> list[str]:
+        """Rule names as this test may write them: its own pack's unqualified, every rule qualified."""
+        own = f"{self.namespace}." if self.namespace else None
+        return [*(k[len(own):] for k in self.ctx.rules if own and k.startswith(own)), *self.ctx.rules]
+
     def _rule_ref(self, name: str, span: Span | None) -> None:
-        if name not in self.ctx.rules:
-            self.ctx.report(error(f"unknown rule `{name}`", span=span, hint=suggest(name, self.ctx.rules),
+        if resolve_rule(name, self.namespace, self.ctx.rules) is None:
+            self.ctx.report(error(f"unknown rule `{name}`", span=span, hint=suggest(name, self._rule_names()),
                                   code="unknown-rule"))
 
     def _define(self, name: str, span: Span | None) -> None:

@@ -155,6 +155,7 @@ class _Printer:
         try:
             if isinstance(item, ast.Rule):
                 meta = (f" benefit {item.benefit}" if item.benefit is not None else "") + backends_text(item.backends)
+                meta += f" overrides {item.overrides}" if item.overrides else ""
                 self.body(0, f"rule {item.name}{meta}", item, self.stmt)
             else:
                 head = f"test {item.name}" + (f" for {item.rule}" if item.rule is not None else "")

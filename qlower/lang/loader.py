@@ -8,7 +8,7 @@ error found, so a rule author sees all mistakes in one run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 
@@ -20,6 +20,7 @@ from qlower.lang import ast
 from qlower.lang.checker import check
 from qlower.lang.checker_types import suggest
 from qlower.lang.checker_sigs import Locator
+from qlower.lang.names import qualify, resolve_rule
 from qlower.lang.parser import parse
 from qlower.lang.registry import TargetRegistry, default_registry
 from qlower.rewrite.functions import FunctionTable, builtin_functions
@@ -45,23 +46,26 @@ class RuleSet:
     @_by_name.default
     def _index_names(self) -> Mapping[str, ast.Rule]:
         out: dict[str, ast.Rule] = {}
+        short: dict[str, list[ast.Rule]] = {}
         for r in self.rules:
             out.setdefault(r.name, r)
+            short.setdefault(r.name.rsplit(".", 1)[-1], []).append(r)
+        for name, found in short.items():  # `add` finds `mllm.add` while no other pack has an `add`
+            if len(found) == 1:
+                out.setdefault(name, found[0])
         return MappingProxyType(out)
 
     @_files.default
-    def _index_files(self) -> Mapping[int, str]:
-        return MappingProxyType({id(r): m.file for m in self.modules for r in m.rules})
+    def _index_files(self) -> Mapping[str, str]:
+        return MappingProxyType({qualify(m.namespace, r.name): m.file for m in self.modules for r in m.rules})
 
     def rule(self, name: str) -> ast.Rule | None:
+        """A rule by its name: qualified (`mllm.add`), or unqualified when only one pack has it."""
         return self._by_name.get(name)
 
     def rule_file(self, rule: ast.Rule) -> str:
         """The file `rule` was loaded from."""
-        found = self._files.get(id(rule))
-        if found is None:
-            same = self.rule(rule.name)
-            found = self._files.get(id(same)) if same is not None else None
+        found = self._files.get(rule.name)
         if found is None:
             raise KeyError(f"rule {rule.name} is not in this rule set")
         return found
@@ -72,21 +76,42 @@ class _Load:
     """One loading run: what was read, in order, and what went wrong."""
 
     packs_dir: Path
+    # Installed rule packs by name (plugins included); `import NAME` looks here before packs_dir.
+    packs: Mapping[str, Path] = attrs.field(factory=dict)
+    # Texts that stand in for files on disk (an editor's unsaved buffers), keyed by resolved path.
+    overlay: Mapping[Path, str] = attrs.field(factory=dict)
+    # Parsed modules by (file, text), shared between runs so an unchanged file is parsed once.
+    parse_cache: MutableMapping[tuple[str, str], ast.Module | QlowerError] | None = None
     modules: list[ast.Module] = attrs.field(factory=list)
+    direct: set[str] = attrs.field(factory=set)  # files the caller named (not reached through an import)
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
     sources: SourceCache = attrs.field(factory=SourceCache)
     seen: set[Path] = attrs.field(factory=set)
     syntax_errors: bool = False
 
-    def path(self, p: Path, span: Span | None = None) -> None:
+    @property
+    def pack_roots(self) -> dict[Path, str]:
+        roots = {p.resolve(): name for name, p in self.packs.items()}
+        if self.packs_dir.is_dir():
+            for p in self.packs_dir.iterdir():
+                if p.is_dir():
+                    roots.setdefault(p.resolve(), p.name)
+        return roots
+
+    def namespace_of(self, f: Path) -> str:
+        """The pack a file belongs to (the nearest enclosing pack folder), or "" for a user's file."""
+        roots = self.pack_roots
+        return next((roots[d] for d in f.parents if d in roots), "")
+
+    def path(self, p: Path, span: Span | None = None, direct: bool = False) -> None:
         if p.is_dir():
-            self.folder(p, span)
+            self.folder(p, span, direct)
         elif p.is_file():
-            self.file(p)
+            self.file(p, direct)
         else:
             self.diagnostics.append(error(f"no such rule file or folder: {p}", span=span, code="unknown-import"))
 
-    def folder(self, d: Path, span: Span | None = None) -> None:
+    def folder(self, d: Path, span: Span | None = None, direct: bool = False) -> None:
         try:
             files = sorted(f for f in d.rglob("*.qpat") if f.is_file())
         except OSError as exc:
@@ -95,28 +120,45 @@ class _Load:
         if not files:
             self.diagnostics.append(warning(f"rule folder {d} holds no .qpat files", span=span, code="empty-folder"))
         for f in files:
-            self.file(f)
+            self.file(f, direct)
 
-    def file(self, f: Path) -> None:
+    def file(self, f: Path, direct: bool = False) -> None:
         key = f.resolve()
+        if direct:
+            self.direct.add(str(f))
         if key in self.seen:
             return
         self.seen.add(key)
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            self.diagnostics.append(error(f"cannot read rule file {f}: {exc}", code="io"))
-            return
+        text = self.overlay.get(key)
+        if text is None:
+            try:
+                text = f.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                self.diagnostics.append(error(f"cannot read rule file {f}: {exc}", code="io"))
+                return
         self.sources.add(str(f), text)
-        try:
-            module = parse(text, str(f))
-        except QlowerError as exc:
-            self.diagnostics.extend(exc.diagnostics)
+        module = self._parse(text, str(f))
+        if isinstance(module, QlowerError):
+            self.diagnostics.extend(module.diagnostics)
             self.syntax_errors = True
             return
+        namespace = self.namespace_of(key)
+        if namespace:
+            module = attrs.evolve(module, namespace=namespace)
         for imp in module.imports:
             self.import_(imp, f)
         self.modules.append(module)
+
+    def _parse(self, text: str, file: str) -> ast.Module | QlowerError:
+        cached = self.parse_cache.get((file, text)) if self.parse_cache is not None else None
+        if cached is None:
+            try:
+                cached = parse(text, file)
+            except QlowerError as exc:
+                cached = exc
+            if self.parse_cache is not None:
+                self.parse_cache[(file, text)] = cached
+        return cached
 
     def _at(self, imp: ast.Import) -> Span | None:
         needle = f'"{imp.target}"' if imp.is_path else imp.target
@@ -132,22 +174,41 @@ class _Load:
                 return
             self.path(target, imp.span)
             return
-        pack = self.packs_dir.joinpath(*imp.target.split("."))
-        if not pack.is_dir():
-            known = sorted(p.name for p in self.packs_dir.glob("*/") if p.is_dir())
+        pack = resolve_pack(imp.target, self.packs, self.packs_dir)
+        if pack is None:
+            known = sorted({*self.packs, *(p.name for p in self.packs_dir.glob("*/") if p.is_dir())})
             self.diagnostics.append(error(f"unknown rule pack `{imp.target}`", span=self._at(imp),
                                           hint=suggest(imp.target, known) or (
                                               f"packs are {', '.join(known)}" if known else None),
                                           code="unknown-import"))
             return
-        self.folder(pack, imp.span)
+        self.path(pack, imp.span)
+
+
+def resolve_pack(target: str, packs: Mapping[str, Path], packs_dir: Path) -> Path | None:
+    """The folder or file of pack `a.b`: `a` among the installed packs (or under packs_dir), then the
+    folder `b` or the file `b.qpat` inside it."""
+    head, *rest = target.split(".")
+    root = packs.get(head)
+    if root is None:
+        root = packs_dir / head
+    folder = root.joinpath(*rest)
+    if folder.is_dir():
+        return folder
+    if rest:  # `import mllm.ops`: one file of the pack (ops.qpat holds a pack's declarations)
+        file = root.joinpath(*rest[:-1], rest[-1] + ".qpat")
+        return file if file.is_file() else None
+    return None
 
 
 def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions: FunctionTable | None,
-         packs_dir: Path | None) -> _Load:
-    load = _Load(packs_dir if packs_dir is not None else _resources.data_dir("patterns"))
+         packs_dir: Path | None, packs: Mapping[str, Path] | None = None,
+         overlay: Mapping[Path, str] | None = None, parse_cache: MutableMapping | None = None,
+         focus: Sequence[str | Path] | None = None) -> _Load:
+    load = _Load(packs_dir if packs_dir is not None else _resources.data_dir("patterns"), packs=packs or {},
+                 overlay=overlay or {}, parse_cache=parse_cache)
     for p in paths:
-        load.path(Path(p))
+        load.path(Path(p), direct=True)
     if registry is None:
         try:
             registry = default_registry()
@@ -155,26 +216,50 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
             load.diagnostics.extend(exc.diagnostics)
             return load
     found = check(load.modules, registry=registry,
-                  functions=functions if functions is not None else builtin_functions(), sources=load.sources)
+                  functions=functions if functions is not None else builtin_functions(), sources=load.sources,
+                  focus=None if focus is None else {str(f) for f in focus})
     if load.syntax_errors:
         found = [d for d in found if d.code not in _NEEDS_ALL_FILES]
-    load.diagnostics.extend(found)
+    # Warnings and notes about files only reached through an import (a pack's rule that a user's rule
+    # shadows) are the pack's business, not the caller's; errors there still block loading.
+    load.diagnostics.extend(d for d in found if d.is_error or d.span is None or d.span.file in load.direct)
     return load
 
 
 def check_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,
-                functions: FunctionTable | None = None,
-                packs_dir: Path | None = None) -> tuple[list[Diagnostic], SourceCache]:
+                functions: FunctionTable | None = None, packs_dir: Path | None = None,
+                packs: Mapping[str, Path] | None = None) -> tuple[list[Diagnostic], SourceCache]:
     """Every finding for these files/folders (syntax errors of each file, then semantic ones); never raises
     for mistakes in the rules. The SourceCache renders the findings."""
-    load = _run(paths, registry, functions, packs_dir)
+    load = _run(paths, registry, functions, packs_dir, packs)
     return load.diagnostics, load.sources
 
 
+@attrs.frozen
+class Inspection:
+    """Everything one checking run saw: the modules in load order, the findings and the texts."""
+
+    modules: tuple[ast.Module, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    sources: SourceCache = attrs.field(eq=False)
+
+
+def inspect_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,
+                  functions: FunctionTable | None = None, packs_dir: Path | None = None,
+                  packs: Mapping[str, Path] | None = None, overlay: Mapping[Path, str] | None = None,
+                  parse_cache: MutableMapping | None = None, focus: Sequence[str | Path] | None = None) -> Inspection:
+    """`check_paths` for tools that also need the syntax trees (the language server): `overlay` holds
+    unsaved texts by resolved path; `parse_cache` (any dict) lets repeated runs parse each text once;
+    `focus` limits the in-depth checks to those files (the others lend their names and declarations)."""
+    load = _run(paths, registry, functions, packs_dir, packs, overlay, parse_cache, focus)
+    return Inspection(tuple(load.modules), tuple(load.diagnostics), load.sources)
+
+
 def load_rules(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,
-               functions: FunctionTable | None = None, packs_dir: Path | None = None) -> RuleSet:
+               functions: FunctionTable | None = None, packs_dir: Path | None = None,
+               packs: Mapping[str, Path] | None = None) -> RuleSet:
     """Load, parse and check rule files/folders; raises QlowerError with all errors (and warnings)."""
-    load = _run(paths, registry, functions, packs_dir)
+    load = _run(paths, registry, functions, packs_dir, packs)
     if any(d.is_error for d in load.diagnostics):
         raise QlowerError(load.diagnostics)
     mods = tuple(load.modules)
@@ -182,6 +267,25 @@ def load_rules(paths: Sequence[str | Path], *, registry: TargetRegistry | None =
     for m in mods:
         for d in m.ops:
             ops.setdefault(d.op, d)
-    return RuleSet(modules=mods, ops=MappingProxyType(ops), rules=tuple(r for m in mods for r in m.rules),
-                   tests=tuple(t for m in mods for t in m.tests), warnings=tuple(load.diagnostics),
-                   sources=load.sources)
+    rules, tests = _qualified(mods)
+    return RuleSet(modules=mods, ops=MappingProxyType(ops), rules=rules, tests=tests,
+                   warnings=tuple(load.diagnostics), sources=load.sources)
+
+
+def _qualified(mods: Sequence[ast.Module]) -> tuple[tuple[ast.Rule, ...], tuple[ast.Test, ...]]:
+    """Rules and tests under their qualified names, tests pointing at the rules they mean; a rule
+    another overrides is left out, with its tests (they test what was replaced)."""
+    known = {qualify(m.namespace, r.name) for m in mods for r in m.rules}
+    replaced = {r.overrides for m in mods for r in m.rules if r.overrides}
+    rules = tuple(attrs.evolve(r, name=qualify(m.namespace, r.name)) for m in mods for r in m.rules
+                  if qualify(m.namespace, r.name) not in replaced)
+    tests = []
+    for m in mods:
+        for t in m.tests:
+            target = resolve_rule(t.rule_name, m.namespace, known) or t.rule_name
+            if target in replaced:
+                continue
+            body = tuple(attrs.evolve(s, text=resolve_rule(s.text, m.namespace, known) or s.text)
+                         if isinstance(s, ast.Expect) and s.kind == "rule" and s.text else s for s in t.body)
+            tests.append(attrs.evolve(t, name=qualify(m.namespace, t.name), rule=target, body=body))
+    return rules, tuple(tests)

@@ -45,11 +45,11 @@ class QpatTest(pytest.Item):
 
     def runtest(self) -> None:
         from qlower.verify.runner import default_examples
-        from qlower.verify.testcase import RuleTest, missing_semantics
+        from qlower.verify.testcase import RuleTest, missing_semantics, missing_semantics_reason
 
         missing = missing_semantics(self.test, self.rules)
         if missing:
-            pytest.skip(f"no reference semantics for dialect {missing} here (install its extra, e.g. qlower[{missing}])")
+            pytest.skip(missing_semantics_reason(missing))
         RuleTest(self.test, self.rules, str(self.path)).run(default_examples())
 
     def repr_failure(self, excinfo, style=None):

@@ -42,7 +42,7 @@ def load_for(file: Path, opdefs: Sequence[str] = (), cache: dict | None = None):
 
 def run_paths(paths: Sequence[str], *, keyword: str | None = None, examples: int | None = None,
               opdefs: Sequence[str] = ()) -> int:
-    from qlower.verify.testcase import RuleTest, RuleTestFailure, missing_semantics
+    from qlower.verify.testcase import RuleTest, RuleTestFailure, missing_semantics, missing_semantics_reason
 
     n = examples or default_examples()
     cache: dict = {}
@@ -58,7 +58,7 @@ def run_paths(paths: Sequence[str], *, keyword: str | None = None, examples: int
             missing = missing_semantics(t, rules)
             if missing:
                 skipped += 1
-                print(f"skipped {label}: no reference semantics for dialect {missing} (install qlower[{missing}])")
+                print(f"skipped {label}: {missing_semantics_reason(missing)}")
                 continue
             try:
                 RuleTest(t, rules, str(f)).run(n)

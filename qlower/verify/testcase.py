@@ -297,6 +297,16 @@ class RuleTest:
                     f"{want[idx]:.6g}\n  inputs: {inputs_text}")
 
 
+# The pip extra that brings a dialect's reference semantics.
+_EXTRAS = {"aten": "torch", "onnx": "onnx"}
+
+
+def missing_semantics_reason(dialect: str) -> str:
+    extra = _EXTRAS.get(dialect)
+    how = f"pip install 'qlower[{extra}]'" if extra else "install the plugin that provides it"
+    return f"no reference semantics for dialect {dialect} here ({how})"
+
+
 def missing_semantics(test, rules) -> str | None:
     """A dialect the test graph uses whose reference kernels are not available (an extra not installed)."""
     for s in test.body:

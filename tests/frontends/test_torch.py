@@ -178,7 +178,7 @@ def test_decomposed_layer_norm(rules) -> None:
     assert "aten.native_layer_norm" in _ops(g) and "aten.addmm" in _ops(g)
     result = qlower.lower(g, rules, backend="cpu")
     result.raise_for_errors()
-    assert result.coverage["aten.native_layer_norm"].rules == {"native_layer_norm": 1}
+    assert result.coverage["aten.native_layer_norm"].rules == {"aten.native_layer_norm": 1}
     assert {"FullyConnected": 1, "Gelu": 1, "LayerNorm": 1}.items() <= result.qnn_op_counts().items()
     got = run_dequantized(result.qnn, {"input": x.numpy()})[result.qnn.outputs[0]]  # Sequential's argument
     assert _rel_err(got, m(x).detach().numpy()) < 1e-5

@@ -18,7 +18,7 @@ from qlower.lang import ast
 # Words that are keywords somewhere in the grammar; generated names avoid all of
 # them (keywords *are* usable as names where unambiguous: tests cover that by hand).
 KEYWORDS = frozenset("""
-    import op rule test match require let emit fail benefit backends commutative shared const
+    import op rule test match require let emit fail benefit backends commutative shared const overrides
     true false none shape dtype encoding atol rtol steps for input graph expect ops close error
     tensor if else and or not in _
 """.split())
@@ -133,7 +133,8 @@ stmts = st.one_of(
     st.builds(ast.Emit, _tuples(emit_items), st.booleans()),
 )
 rules = st.builds(ast.Rule, names, _tuples(stmts, max_size=5), st.none() | st.integers(-1000, 1000),
-                  st.none() | _tuples(names, 1, 3), st.none() | docs)
+                  st.none() | _tuples(names, 1, 3), st.none() | docs,
+                  st.none() | st.lists(names, min_size=1, max_size=3).map(".".join))
 
 # --------------------------------------------------------------- declarations
 

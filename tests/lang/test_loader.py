@@ -51,7 +51,7 @@ def test_pack_import_loads_the_pack_folder_recursively(tmp_path: Path) -> None:
     rs = _load([tmp_path / "main.qpat"], packs)
     # sorted by path: act/sigmoid.qpat, b/mul.qpat, ops.qpat, then the importer
     assert [Path(m.file).name for m in rs.modules] == ["sigmoid.qpat", "mul.qpat", "ops.qpat", "main.qpat"]
-    assert [r.name for r in rs.rules] == ["sigmoid", "mul"]
+    assert [r.name for r in rs.rules] == ["mllm.sigmoid", "mllm.mul"]  # named by their pack
 
 
 def test_import_cycles_load_each_file_once(tmp_path: Path) -> None:

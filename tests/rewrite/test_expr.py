@@ -476,17 +476,11 @@ def test_documented_builtins_exist():
 
 # ------------------------------------------------- functions added for frontends
 
-def _has(name: str) -> bool:
-    return _functions().get(name) is not None
-
-
-@pytest.mark.skipif(not _has("normdims"), reason="no normdims")
 def test_normdims():
     assert ev("normdims([-1, 0, -3], 3)") == [2, 0, 0]
     evaluation_error("normdims([3], 3)")
 
 
-@pytest.mark.skipif(not _has("strided_ranges"), reason="no strided_ranges")
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=3).flatmap(
     lambda shape: st.tuples(st.just(shape), st.integers(0, len(shape) - 1), st.integers(-8, 8),
@@ -505,13 +499,11 @@ def test_strided_ranges_select_what_numpy_slices_select(args):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.skipif(not _has("pad_pairs"), reason="no pad_pairs")
 def test_pad_pairs():
     assert ev("pad_pairs([1, 2, 3, 4])") == [[1, 3], [2, 4]]
     evaluation_error("pad_pairs([1, 2, 3])")
 
 
-@pytest.mark.skipif(not _has("conv_pads"), reason="no conv_pads")
 def test_conv_pads():
     assert ev('conv_pads("NOTSET", [1, 2, 3, 4], [8, 8], [3, 3], [1, 1], [1, 1])') == [[1, 3], [2, 4]]
     assert ev('conv_pads("VALID", [], [8], [3], [1], [1])') == [[0, 0]]
@@ -521,13 +513,11 @@ def test_conv_pads():
     evaluation_error('conv_pads("SIDEWAYS", [], [8], [3], [1], [1])')
 
 
-@pytest.mark.skipif(not _has("dim_sizes"), reason="no dim_sizes")
 def test_dim_sizes(values):
     assert ev("dim_sizes([x, y], -1)", **values) == [4, 4]
     assert ev("dim_sizes([x, h], 0)", **values) == [2, 5]
 
 
-@pytest.mark.skipif(not _has("sqrt"), reason="no sqrt")
 def test_sqrt():
     np.testing.assert_allclose(ev("sqrt(array([4.0, 9.0]))"), [2.0, 3.0])
 

@@ -56,7 +56,7 @@ def _mutated_pack(tmp_path: Path, file: str, old: str, new: str) -> Path:
 def test_mutant_is_caught(tmp_path: Path, mutant: str) -> None:
     file, test_name, old, new = MUTANTS[mutant]
     rules = load_rules([_mutated_pack(tmp_path, file, old, new)])
-    test = next(t for t in rules.ruleset.tests if t.name == test_name)
+    test = next(t for t in rules.ruleset.tests if t.name == test_name)  # a copy: a user folder, no pack
     with pytest.raises(RuleTestFailure, match="differs from the source semantics|emitted"):
         RuleTest(test, rules, file).run(examples=10)
 
@@ -65,5 +65,5 @@ def test_mutant_is_caught(tmp_path: Path, mutant: str) -> None:
 def test_unmutated_rule_passes(mutant: str) -> None:
     file, test_name, _, _ = MUTANTS[mutant]
     rules = load_rules([PACK])
-    test = next(t for t in rules.ruleset.tests if t.name == test_name)
+    test = next(t for t in rules.ruleset.tests if t.name == f"mllm.{test_name}")
     RuleTest(test, rules, file).run(examples=5)

@@ -1,0 +1,1 @@
+"""The .qpat language server (`qlower lsp`)."""

@@ -1,0 +1,177 @@
+"""`qlower lsp`: the Language Server Protocol over stdio, on pygls.
+
+The protocol glue only: every answer comes from `qlower.lsp.analysis.Workspace`,
+which reuses the loader, checker, formatter and op registry. Diagnostics are
+published after a short quiet period so a burst of keystrokes is checked once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+
+from lsprotocol import types as lsp
+from pygls.lsp.server import LanguageServer
+from pygls.uris import from_fs_path, to_fs_path
+
+from qlower.diagnostics import Diagnostic, Severity, Span
+from qlower.lsp.analysis import Workspace
+
+DEBOUNCE_SECONDS = 0.075
+_SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error, Severity.WARNING: lsp.DiagnosticSeverity.Warning,
+             Severity.NOTE: lsp.DiagnosticSeverity.Information}
+_COMPLETION_KIND = {"op": lsp.CompletionItemKind.Class, "param": lsp.CompletionItemKind.Field,
+                    "enum": lsp.CompletionItemKind.EnumMember, "function": lsp.CompletionItemKind.Function,
+                    "variable": lsp.CompletionItemKind.Variable, "keyword": lsp.CompletionItemKind.Keyword,
+                    "rule": lsp.CompletionItemKind.Reference, "module": lsp.CompletionItemKind.Module}
+_SYMBOL_KIND = {"rule": lsp.SymbolKind.Function, "test": lsp.SymbolKind.Method, "op": lsp.SymbolKind.Class,
+                "import": lsp.SymbolKind.Module}
+
+
+def to_range(span: Span) -> lsp.Range:
+    return lsp.Range(lsp.Position(span.line - 1, span.column - 1), lsp.Position(span.end_line - 1, span.end_column - 1))
+
+
+def _to_lsp_diagnostic(d: Diagnostic) -> lsp.Diagnostic:
+    message = d.message + (f"\n{d.hint}" if d.hint else "")
+    related = [lsp.DiagnosticRelatedInformation(lsp.Location(from_fs_path(str(Path(n.span.file).resolve())),
+                                                             to_range(n.span)), n.message)
+               for n in d.notes if n.span is not None]
+    data = {"hint": d.hint} if d.hint else None
+    return lsp.Diagnostic(range=to_range(d.span), message=message, severity=_SEVERITY[d.severity], code=d.code,
+                          source="qlower", related_information=related or None, data=data)
+
+
+def build_server(workspace: Workspace) -> LanguageServer:
+    from qlower import __version__
+
+    server = LanguageServer("qlower", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Full)
+    pending: dict[str, asyncio.TimerHandle] = {}
+
+    def path_of(uri: str) -> Path:
+        return Path(to_fs_path(uri) or uri)
+
+    def publish(path: Path) -> None:
+        diags = workspace.check(path)
+        server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
+            uri=from_fs_path(str(path)), diagnostics=[_to_lsp_diagnostic(d) for d in diags],
+            version=workspace.docs[path].version))
+
+    def refresh(paths: Sequence[Path], delay: float) -> None:
+        loop = asyncio.get_event_loop()
+        for p in paths:
+            key = str(p)
+            if key in pending:
+                pending.pop(key).cancel()
+            if delay <= 0:
+                publish(p)
+            else:
+                pending[key] = loop.call_later(delay, lambda p=p, key=key: (pending.pop(key, None),
+                                                                            p in workspace.docs and publish(p)))
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: LanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
+        doc = params.text_document
+        refresh(workspace.open(path_of(doc.uri), doc.text, doc.version), 0)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: LanguageServer, params: lsp.DidChangeTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        text = ls.workspace.get_text_document(uri).source
+        refresh(workspace.open(path_of(uri), text, params.text_document.version), DEBOUNCE_SECONDS)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: LanguageServer, params: lsp.DidSaveTextDocumentParams) -> None:
+        path = path_of(params.text_document.uri)
+        if path.resolve() in workspace.docs:
+            refresh([path.resolve()], 0)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: LanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
+        workspace.close(path_of(params.text_document.uri))
+        ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=params.text_document.uri,
+                                                                          diagnostics=[]))
+
+    @server.feature(lsp.TEXT_DOCUMENT_HOVER)
+    def hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
+        found = workspace.hover(path_of(params.text_document.uri), params.position.line, params.position.character)
+        if found is None:
+            return None
+        text, span = found
+        return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text), to_range(span))
+
+    @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
+    def definition(ls: LanguageServer, params: lsp.DefinitionParams) -> list[lsp.Location]:
+        found = workspace.definition(path_of(params.text_document.uri), params.position.line,
+                                     params.position.character)
+        return [lsp.Location(from_fs_path(str(loc.path)), to_range(loc.span)) for loc in found]
+
+    @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
+    def references(ls: LanguageServer, params: lsp.ReferenceParams) -> list[lsp.Location]:
+        found = workspace.references(path_of(params.text_document.uri), params.position.line,
+                                     params.position.character, params.context.include_declaration)
+        return [lsp.Location(from_fs_path(str(loc.path)), to_range(loc.span)) for loc in found]
+
+    @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=[".", "{", ":", " "]))
+    def completion(ls: LanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
+        path = path_of(params.text_document.uri)
+        if path.resolve() not in workspace.docs:  # a client that completes before didOpen reached us
+            return lsp.CompletionList(is_incomplete=False, items=[])
+        items = workspace.completion(path, params.position.line, params.position.character)
+        return lsp.CompletionList(is_incomplete=False, items=[
+            lsp.CompletionItem(label=c.label, kind=_COMPLETION_KIND.get(c.kind), detail=c.detail or None,
+                               documentation=c.documentation or None) for c in items])
+
+    @server.feature(lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+    def symbols(ls: LanguageServer, params: lsp.DocumentSymbolParams) -> list[lsp.DocumentSymbol]:
+        return [lsp.DocumentSymbol(name=s.name, kind=_SYMBOL_KIND[s.kind], range=to_range(s.span),
+                                   selection_range=to_range(s.selection), detail=s.detail or None)
+                for s in workspace.symbols(path_of(params.text_document.uri))]
+
+    @server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
+    def formatting(ls: LanguageServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit] | None:
+        path = path_of(params.text_document.uri)
+        new = workspace.format(path)
+        old = workspace.docs[path.resolve()].text
+        if new is None or new == old:
+            return [] if new is not None else None
+        lines = old.split("\n")
+        end = lsp.Position(len(lines) - 1, len(lines[-1]))
+        return [lsp.TextEdit(lsp.Range(lsp.Position(0, 0), end), new)]
+
+    @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
+                    lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]))
+    def code_actions(ls: LanguageServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+        path = path_of(params.text_document.uri)
+        uri = params.text_document.uri
+        wanted = params.context.diagnostics
+        out = []
+        ours = workspace.diagnostics(path)
+        for fix in workspace.fixes(path, ours):
+            answered = [d for d in wanted if d.range == to_range(fix.diagnostic.span)]
+            if wanted and not answered:
+                continue
+            out.append(lsp.CodeAction(title=fix.title, kind=lsp.CodeActionKind.QuickFix, diagnostics=answered or None,
+                                      is_preferred=True,
+                                      edit=lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(to_range(fix.span),
+                                                                                          fix.text)]})))
+        return out
+
+    return server
+
+
+def default_workspace() -> Workspace:
+    """A workspace over the shipped op registry, installed plugins' packs, functions and OpDef files."""
+    from qlower import _resources
+    from qlower.api import load_registry
+    from qlower.plugins import installed
+
+    extra = installed()
+    return Workspace(load_registry(list(extra.opdef_paths)), extra.functions, extra.packs,
+                     _resources.data_dir("patterns"))
+
+
+def serve_stdio() -> int:
+    build_server(default_workspace()).start_io()
+    return 0

@@ -1,0 +1,86 @@
+"""The language server's answers, asked of its workspace directly (no protocol)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pygls", reason="the language server needs the lsp extra (pip install 'qlower[lsp]')")
+
+from qlower.lsp.server import default_workspace  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def workspace():
+    return default_workspace()
+
+
+def _open(ws, path: Path, text: str) -> Path:
+    path.write_text(text)
+    ws.open(path, text)
+    return path.resolve()
+
+
+def test_enum_values_complete_after_the_param_name(workspace, tmp_path):
+    text = "rule r {\n  match y = mllm.Add(a, b)\n  emit y = qnn.ElementWiseBinary(a, b) { operation: }\n}\n"
+    path = _open(workspace, tmp_path / "r.qpat", "import mllm\n" + text)
+    col = ("import mllm\n" + text).splitlines()[3].index("operation:") + len("operation: ")
+    labels = [c.label for c in workspace.completion(path, 3, col)]
+    assert labels[:3] == ["ADD", "AND", "DIVIDE"]
+
+
+def test_a_change_to_an_imported_file_rechecks_its_importers(workspace, tmp_path):
+    base = _open(workspace, tmp_path / "base.qpat", "op my.Op(x) -> y\n")
+    user = _open(workspace, tmp_path / "user.qpat",
+                 'import "base.qpat"\nrule r {\n  match y = my.Op(x)\n  emit y = qnn.Relu(x)\n}\n')
+    assert [d for d in workspace.check(user) if d.is_error] == []
+    workspace.check(base)
+    again = workspace.open(base, "op my.Other(x) -> y\n")  # the unsaved buffer wins over the file on disk
+    assert again == [base, user]
+    errors = [str(d) for d in workspace.check(user) if d.is_error]
+    assert len(errors) == 1 and "unknown op `my.Op`" in errors[0]
+
+
+def test_a_file_of_an_installed_plugin_pack_is_checked_with_its_pack(workspace):
+    toy = workspace.packs.get("toy")
+    if toy is None:
+        pytest.skip("the example plugin (tests/example_plugin) is not installed")
+    path = next(Path(toy).glob("*.qpat")).resolve()
+    workspace.open(path, path.read_text())
+    assert [d for d in workspace.check(path) if d.is_error] == []
+    hover = workspace.hover(path, 1, 5)  # `op toy.ScaleAdd(...)`: its own declaration
+    assert hover is not None and "toy.ScaleAdd" in hover[0]
+
+
+def test_a_buffer_that_does_not_parse_still_completes_from_the_last_good_tree(workspace, tmp_path):
+    good = "import mllm\nrule r {\n  match y = mllm.Add(a, b)\n  let k = 1\n  emit y = qnn.Relu(a)\n}\n"
+    path = _open(workspace, tmp_path / "t.qpat", good)
+    workspace.check(path)
+    broken = good.replace("emit y = qnn.Relu(a)", "emit y = qnn.Relu(a) +")
+    workspace.open(path, broken)
+    diags = workspace.check(path)
+    assert any(d.is_error for d in diags)
+    assert workspace.format(path) is None  # nothing to format while the text does not parse
+    names = {c.label for c in workspace.completion(path, 4, 2)}
+    assert {"a", "b", "k", "y"} <= names
+
+
+def test_checking_one_file_in_depth_finds_what_checking_its_whole_pack_finds(workspace):
+    """The server re-checks only the changed file's rules and tests; that must lose no finding for it."""
+    from qlower.lang.loader import inspect_paths
+
+    pack = workspace.packs["mllm"]
+    for path in sorted(Path(pack).glob("*.qpat")):
+        path = path.resolve()
+        text = path.read_text()
+        broken = text.replace("qnn.", "qnn.X", 1).replace("require ", "require nosuch + ", 1)
+        overlay = {path: broken}
+        kwargs = dict(registry=workspace.registry, functions=workspace.functions, packs=workspace.packs,
+                      overlay=overlay)
+        full = inspect_paths([pack], **kwargs).diagnostics
+        focused = inspect_paths([pack], focus=[path], **kwargs).diagnostics
+        mine = [str(d) for d in full if d.span is not None and d.span.file == str(path)]
+        assert mine == [str(d) for d in focused if d.span is not None and d.span.file == str(path)], path.name
+        if "qnn." in text:
+            assert mine, path.name  # the mutation was found at all
