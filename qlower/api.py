@@ -60,8 +60,11 @@ def load_registry(opdefs: Sequence[str | Path] = ()):
 
 
 def load_rules(paths: Sequence[str | Path] = (), *, packs: Sequence[str] = (), opdefs: Sequence[str | Path] = (),
-               plugins: bool = True, registry: Any = None) -> Rules:
-    """Load and check rule files/folders and shipped packs; raises QlowerError on errors."""
+               plugins: bool = True, registry: Any = None, cleanup: bool = True) -> Rules:
+    """Load and check rule files/folders and shipped packs; raises QlowerError on errors.
+
+    `cleanup` adds the `qnn` pack: QNN → QNN rules run after lowering (transposes that cancel,
+    reshape chains)."""
     from qlower.lang.loader import load_rules as _load
     from qlower.plugins import installed
 
@@ -76,6 +79,8 @@ def load_rules(paths: Sequence[str | Path] = (), *, packs: Sequence[str] = (), o
             raise QlowerError(error(f"no rule pack named {name}", hint=f"known packs: {', '.join(sorted(extra.packs))}",
                                     code="no-pack"))
         all_paths.append(found)
+    if cleanup and "qnn" not in packs and extra.pack("qnn") is not None:
+        all_paths.append(extra.pack("qnn"))
     opdefs = list(opdefs) + list(extra.opdef_paths)
     reg = registry if registry is not None else load_registry(opdefs)
     ruleset = _load(all_paths, registry=reg, functions=functions, packs=extra.packs)

@@ -71,7 +71,11 @@ def builtin_plugin() -> Plugin:
 
     patterns = _resources.data_dir("patterns")
     packs = {p.name: p for p in sorted(patterns.iterdir()) if p.is_dir()} if patterns.is_dir() else {}
-    kernels: dict[str, Mapping[str, Kernel]] = {"mllm": MLLM_KERNELS}
+    from qlower.reference.qnn import QNN_KERNELS, RAW_IO_OPS
+
+    # QNN ops' own semantics: the source side of the cleanup rules' tests (patterns/qnn)
+    qnn = {op: k for op, k in QNN_KERNELS.items() if op not in RAW_IO_OPS}
+    kernels: dict[str, Mapping[str, Kernel]] = {"mllm": MLLM_KERNELS, "qnn": qnn}
     if _importable("onnx"):  # the optional extra qlower[onnx]; onnx itself is imported on first use
         from qlower.reference.onnx_kernels import OnnxKernels
 

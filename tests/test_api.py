@@ -106,7 +106,7 @@ def test_load_rules_from_a_folder(tmp_path):
     (d / "a.qpat").write_text(RULES.split("rule rep")[0])
     (d / "b.qpat").write_text("rule rep {\n  match y = m.Rep(x) { times: n }\n  emit y = qnn.Tile(x) "
                               "{ multiples: [n, 1] }\n}\n")
-    r = qlower.load_rules([d], registry=_registry())
+    r = qlower.load_rules([d], registry=_registry(), cleanup=False)
     assert [x.name for x in r.ruleset.rules] == ["neg", "rep"]
 
 

@@ -17,6 +17,8 @@ from qlower.lang.checker_sigs import BACKENDS, Context, Locator
 from qlower.lang.checker_tests import TestChecker
 from qlower.lang.checker_types import ATTR_TYPES, ExprTyper, suggest
 from qlower.lang.names import qualify
+
+TARGET_PREFIX = "qnn."
 from qlower.lang.registry import TargetRegistry
 from qlower.rewrite.functions import FunctionTable
 
@@ -110,6 +112,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
             continue
         n = ctx.errors
         RuleChecker(ctx, r).run()
+        _check_cleanup(ctx, r)
         if ctx.errors > n:
             broken.add(id(r))
     tests: dict[str, ast.Test] = {}
@@ -231,6 +234,24 @@ def _matches_all(ctx: Context, rule: ast.Rule) -> bool:
         if sig is None or not (open_ or sig.inputs[0] == sig.inputs[1]):
             return False
     return True
+
+
+def _check_cleanup(ctx: Context, rule: ast.Rule) -> None:
+    """A rule rooted at QNN ops is a cleanup rule, run after lowering: it must stay within QNN."""
+    if not rule.matches:
+        return
+    roots = rule.matches[0].pattern.op_types
+    target = [t.startswith(TARGET_PREFIX) for t in roots]
+    where = ctx.locate.find(rule.matches[0].pattern.span, roots[0])
+    if any(target) and not all(target):
+        ctx.report(error("a rule's root alternatives are all QNN ops (a cleanup rule) or none are",
+                         span=where, code="mixed-root"))
+    elif all(target):
+        for item in rule.emits:
+            if isinstance(item, ast.EmitOp) and not item.op.startswith(TARGET_PREFIX):
+                ctx.report(error(f"a cleanup rule (rooted at a QNN op) cannot emit `{item.op}`: it runs after "
+                                 f"lowering, when only QNN ops remain", span=ctx.locate.find(item.span, item.op),
+                                 code="cleanup-emits-source"))
 
 
 def _check_overrides(ctx: Context, modules: Sequence[ast.Module]) -> set[int]:

@@ -34,11 +34,17 @@ class CompiledRule:
     benefit: int
     backends: frozenset[str] | None
     root_types: tuple[str, ...]
-    lowering: bool  # emits only qnn ops (applied once per matched op)
+    # "lowering": source op → target ops, applied once per matched op; "source": source → source, to a
+    # fixpoint before lowering; "cleanup": target → target (e.g. transposes that cancel), to a fixpoint after.
+    kind: str
     match: Callable[[Op], Env | None] = attrs.field(repr=False)
     location: str = attrs.field(default=attrs.Factory(
         lambda self: str(self.rule.span) if self.rule.span else "<unknown>", takes_self=True))
     program: Any = attrs.field(default=None, repr=False, eq=False)  # its EmitProgram, set by the engine
+
+    @property
+    def lowering(self) -> bool:
+        return self.kind == "lowering"
 
     def allowed_on(self, backend: str | None) -> bool:
         return backend is None or self.backends is None or backend in self.backends
@@ -143,7 +149,7 @@ def _finish(steps, env: Env) -> Env | None:
 
 
 def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
-                 functions: FunctionTable) -> CompiledRule:
+                 functions: FunctionTable, target: str = "qnn") -> CompiledRule:
     matches = rule.matches
     if not matches:
         raise ValueError(f"rule {rule.name} has no match statement")
@@ -194,12 +200,20 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
             env: Env = {OPS: []}
             return root_body(op, env, after_root)
 
-    emitted = [i for i in rule.emits if isinstance(i, ast.EmitOp)]
-    lowering = all(i.op.startswith("qnn.") for i in emitted)
     benefit = rule.benefit if rule.benefit is not None else sum(_ops_matched(m.pattern) for m in matches)
     return CompiledRule(rule.name, rule, order, benefit,
                         frozenset(rule.backends) if rule.backends is not None else None,
-                        tuple(root.pattern.op_types), lowering, match)
+                        tuple(root.pattern.op_types), rule_kind(rule, target), match)
+
+
+def rule_kind(rule: ast.Rule, target: str = "qnn") -> str:
+    """`lowering`, `source` or `cleanup` (see CompiledRule.kind); `target` is the target dialect."""
+    prefix = target + "."
+    roots = rule.matches[0].pattern.op_types if rule.matches else ()
+    if roots and all(t.startswith(prefix) for t in roots):
+        return "cleanup"
+    emitted = [i for i in rule.emits if isinstance(i, ast.EmitOp)]
+    return "lowering" if all(i.op.startswith(prefix) for i in emitted) else "source"
 
 
 @attrs.frozen

@@ -1,10 +1,12 @@
-"""The rewrite driver: source→source rules to a bounded fixpoint, then lowering.
+"""The rewrite driver: source→source rules to a bounded fixpoint, lowering, then target cleanup.
 
 Lowering rules (source → qnn) are tried once per source op, consumers before
 producers (reverse execution order) so multi-op patterns see their producers
 still unlowered; the best candidate by benefit that matches and emits wins.
-Source→source rules run on a worklist with a budget; a set that does not
-converge stops with an error naming the rules that kept firing.
+Source→source rules run on a worklist with a budget before lowering, and
+cleanup rules (rooted at target ops: transposes that cancel, reshape chains)
+the same way after it; a set that does not converge stops with an error naming
+the rules that kept firing.
 """
 
 from __future__ import annotations
@@ -64,29 +66,32 @@ class Engine:
     """A rule set compiled for one backend; reusable across graphs."""
 
     def __init__(self, rules: Iterable[ast.Rule], decls: Mapping[str, ast.OpDecl], *, registry: Any,
-                 backend: str | None, functions: FunctionTable | None = None) -> None:
+                 backend: str | None, functions: FunctionTable | None = None, target: str = "qnn") -> None:
         self.functions = functions or builtin_functions()
         self.decls = decls
         self.backend = backend
         self.registry = registry
+        self.target = target
+        self._prefix = target + "."
         compiled: list[CompiledRule] = []
         self.programs: dict[str, EmitProgram] = {}
         for i, rule in enumerate(rules):
-            c = compile_rule(rule, i, decls, self.functions)
+            c = compile_rule(rule, i, decls, self.functions, target)
             program = EmitProgram(c, registry, self.functions, _bound_names(rule))
             object.__setattr__(c, "program", program)  # rule and its emission travel together
             compiled.append(c)
             self.programs[c.name] = program
         self.all_rules = tuple(compiled)
-        self.lowering = RuleIndex.build([c for c in compiled if c.lowering], backend)
-        self.source = RuleIndex.build([c for c in compiled if not c.lowering], backend)
+        self.lowering = RuleIndex.build([c for c in compiled if c.kind == "lowering"], backend)
+        self.source = RuleIndex.build([c for c in compiled if c.kind == "source"], backend)
+        self.cleanup = RuleIndex.build([c for c in compiled if c.kind == "cleanup"], backend)
 
     # ------------------------------------------------------------------ run
     def run(self, graph: Graph, *, budget_factor: int = 8) -> Outcome:
         out = Outcome(graph, [], {}, {r.name: RuleStats() for r in self.all_rules})
         reasons: dict[int, list[str]] = collections.defaultdict(list)
         if self.source.rules:
-            self._source_phase(graph, out, reasons, budget_factor)
+            self._fixpoint(graph, self.source, "source rewrites", out, reasons, budget_factor)
         try:
             order = graph.topo_order()
         except GraphError as exc:
@@ -94,19 +99,22 @@ class Engine:
             return out
         cov = out.coverage
         counts = collections.Counter(op.type for op in order)
+        prefix = self._prefix
         for op_type, n in counts.items():
-            if not op_type.startswith("qnn."):
+            if not op_type.startswith(prefix):
                 cov[op_type] = Coverage(count=n)
         failed: set[int] = set()
         by_type = self.lowering.by_type
         apply = self._apply_first
         for op in reversed(order):
-            if op.dead or op.type.startswith("qnn."):  # lowering roots at source ops only
+            if op.dead or op.type.startswith(prefix):  # lowering roots at source ops only
                 continue
             cands = by_type.get(op.type)
             if cands:
                 apply(graph, op, cands, out, reasons, failed)
         self._legality(graph, out, reasons, failed)
+        if self.cleanup.rules:
+            self._fixpoint(graph, self.cleanup, "cleanup rewrites", out, reasons, budget_factor)
         out.stats = dict(out.stats)
         return out
 
@@ -153,7 +161,9 @@ class Engine:
             return rule.name, new_ops
         return None
 
-    def _source_phase(self, graph: Graph, out: Outcome, reasons, budget_factor: int) -> None:
+    def _fixpoint(self, graph: Graph, index: RuleIndex, what: str, out: Outcome, reasons,
+                  budget_factor: int) -> None:
+        """Apply `index`'s rules wherever they match until none does (or the budget runs out)."""
         try:
             work = collections.deque(graph.topo_order())
         except GraphError as exc:
@@ -168,7 +178,7 @@ class Engine:
             queued.discard(id(op))
             if op.dead:
                 continue
-            cands = self.source.candidates(op.type)
+            cands = index.candidates(op.type)
             if not cands:
                 continue
             done = self._apply_first(graph, op, cands, out, reasons, set())
@@ -180,7 +190,7 @@ class Engine:
             if applied > budget:
                 names = sorted(set(recent))
                 out.diagnostics.append(error(
-                    f"source rewrites did not converge after {applied} applications; rules still firing: "
+                    f"{what} did not converge after {applied} applications; rules still firing: "
                     f"{', '.join(names)}", code="no-fixpoint",
                     hint="two rules probably undo each other, or a rule re-matches its own output"))
                 return
@@ -194,8 +204,9 @@ class Engine:
                     queued.add(id(o))
 
     def _legality(self, graph: Graph, out: Outcome, reasons, failed) -> None:
+        prefix = self._prefix
         for op in list(graph.ops):
-            if op.type.startswith("qnn."):
+            if op.type.startswith(prefix):
                 continue
             c = out.coverage.get(op.type)
             if c is not None:

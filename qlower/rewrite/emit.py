@@ -396,7 +396,8 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
     """Apply a finished plan; returns the new ops."""
     matched: list[tuple[Op, bool]] = env[OPS]
     root = matched[0][0]
-    prov = Provenance(rule.name, rule.location, root.name)
+    # a cleanup rule rewrites ops an earlier rule emitted: the source node stays the one they came from
+    prov = Provenance(rule.name, rule.location, root.provenance.source if root.provenance else root.name)
     if plan.retype and len(matched) == 1:
         new = plan.ops[0]
         graph.retype(root, new.type, new.attrs, prov)

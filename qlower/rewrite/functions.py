@@ -222,6 +222,14 @@ def builtin_functions() -> FunctionTable:
     return FunctionTable({f.name: f for f in _BUILTINS + SHAPE_FUNCTIONS})
 
 
+def _compose_perm(p: list[int], q: list[int]) -> list[int]:
+    """transpose(transpose(x, p), q) == transpose(x, r) with r[i] = p[q[i]]."""
+    p, q = _normperm(p, len(p)), _normperm(q, len(q))
+    if len(p) != len(q):
+        raise EvalError(f"cannot compose permutations of {len(p)} and {len(q)} dims")
+    return [p[i] for i in q]
+
+
 def _normperm(perm: list[int], rank: int) -> list[int]:
     p = [_normdim(int(d), rank) for d in perm]
     if sorted(p) != list(range(rank)):
@@ -266,6 +274,8 @@ def _with_axis(q: Any, axis: int) -> Any:
 
 _MORE: tuple[Function, ...] = (
     Function("normperm", ("list[int]", "int"), "list[int]", _normperm, doc="negative dims → positive, checked"),
+    Function("compose_perm", ("list[int]", "list[int]"), "list[int]", lambda p, q: _compose_perm(p, q),
+             doc="the one permutation that transposing by p, then by q, applies"),
     Function("slice_ranges", ("list[int]", "list[int]", "list[int]"), "list[list[int]]", _slice_ranges,
              doc="Python slices → StridedSlice ranges"),
     Function("split_index", ("list[int]",), "list[int]", _split_index, doc="part sizes → split points"),

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from qlower.graph.core import Op, Value
 from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
@@ -195,6 +197,8 @@ class PatternCompiler:
                             del env[x]
                         return None
                 else:
+                    if isinstance(got, np.ndarray):  # a QNN op's tensor param (a cleanup rule's match)
+                        got = got.tolist()
                     cur = env.get(value, _MISSING)
                     if cur is _MISSING:
                         env[value] = got

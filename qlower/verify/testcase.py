@@ -217,7 +217,7 @@ class RuleTest:
         declared = np.dtype(canonical_dtype(str(props["dtype"]))) if "dtype" in props else np.dtype("float32")
         quant = resolve_encoding(props.get("encoding"), declared)
         enc = encoding_of(quant, declared) if quant is not None else None
-        outs = [OutSpec(None, declared, enc) for _ in names]
+        outs = [OutSpec(props.get("shape"), declared, enc) for _ in names]
         try:
             results = kernel([real[a.name] if a is not None else None for a in args], attrs_, outs)
         except KernelError as exc:
