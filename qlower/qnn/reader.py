@@ -19,7 +19,7 @@ from qlower.diagnostics import QlowerError, error
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.emit_bin import c_identifiers, num_elements
 from qlower.qnn.emit_json import parse_quant_params, scalar_value
-from qlower.qnn.model import PACKAGE, OpConfig, Param, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
+from qlower.qnn.model import PACKAGE, OpConfig, Origin, Param, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
 
 _NET_SUFFIX = "_net.json"
 
@@ -269,6 +269,19 @@ def _node(name: str, ndoc: Any, raws: _Raws, cnames: dict[str, str], ctx: _Ctx) 
     if not isinstance(package, str):
         raise ctx.fail("`package` must be a string", subject)
     return OpConfig(name, ndoc["type"], list(names["input_names"]), list(names["output_names"]),
-                    [params[p] for p in (order or params)], package=package or PACKAGE)
+                    [params[p] for p in (order or params)], package=package or PACKAGE,
+                    origin=_origin(ndoc.get("provenance")))
+
+
+def _origin(doc: Any) -> Origin | None:
+    """qlower's `provenance` key, when it is well formed (it is informative only: anything else is ignored)."""
+    if not isinstance(doc, dict):
+        return None
+    rule, location, sources = doc.get("rule"), doc.get("location"), doc.get("source_nodes", [])
+    if not (rule is None or isinstance(rule, str)) or not (location is None or isinstance(location, str)):
+        return None
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        return None
+    return Origin(rule, location, tuple(sources))
 
 

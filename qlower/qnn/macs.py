@@ -1,0 +1,200 @@
+"""Multiply-accumulates per QNN op, from the formula table `opdefs/macs.txt`.
+
+The formulas are data (one line per op type, a product of factors over the
+op's input/output dims and params); this module only parses and evaluates
+them. Ops the table does not list count 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from qlower.qnn.model import PACKAGE, OpConfig, QnnGraph, ScalarParam, TensorParam
+
+TABLE = Path(__file__).parent / "opdefs" / "macs.txt"
+Dims = Callable[[str], "tuple[int, ...] | None"]  # tensor name -> dims (None: unknown)
+Formula = Callable[[OpConfig, Dims], int]
+
+_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_]\w*)|(?P<punct>[\[\]():,*-]))")
+
+
+class FormulaError(ValueError):
+    """A malformed line in the MAC table (a bug in shipped data, reported with file:line)."""
+
+
+class _Parser:
+    """Recursive descent over one formula; builds a closure (no eval)."""
+
+    def __init__(self, text: str, where: str) -> None:
+        self.where = where
+        self.tokens: list[str] = []
+        pos = 0
+        text = text.rstrip()
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                raise FormulaError(f"{where}: cannot read {text[pos:]!r}")
+            self.tokens.append(m.group(m.lastgroup or "punct"))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self, want: str | None = None) -> str:
+        tok = self.peek()
+        if tok is None or (want is not None and tok != want):
+            raise FormulaError(f"{self.where}: expected {want or 'more'}, got {tok!r}")
+        self.i += 1
+        return tok
+
+    def parse(self) -> Formula:
+        f = self.product()
+        if self.peek() is not None:
+            raise FormulaError(f"{self.where}: unexpected {self.peek()!r}")
+        return f
+
+    def product(self) -> Formula:
+        factors = [self.factor()]
+        while self.peek() == "*":
+            self.take("*")
+            factors.append(self.factor())
+        if len(factors) == 1:
+            return factors[0]
+        return lambda op, dims: math.prod(f(op, dims) for f in factors)
+
+    def integer(self) -> int:
+        neg = self.peek() == "-"
+        if neg:
+            self.take("-")
+        tok = self.take()
+        if not tok.isdigit():
+            raise FormulaError(f"{self.where}: expected an integer, got {tok!r}")
+        return -int(tok) if neg else int(tok)
+
+    def factor(self) -> Formula:
+        tok = self.take()
+        if tok.isdigit():
+            n = int(tok)
+            return lambda op, dims: n
+        if tok == "(":
+            f = self.product()
+            self.take(")")
+            return f
+        if tok == "param":
+            self.take("(")
+            name = self.take()
+            self.take(")")
+            return lambda op, dims: _param_product(op, name)
+        if tok == "if":
+            self.take("(")
+            name = self.take()
+            self.take(",")
+            yes = self.product()
+            self.take(",")
+            no = self.product()
+            self.take(")")
+            return lambda op, dims: yes(op, dims) if _flag(op, name) else no(op, dims)
+        m = re.fullmatch(r"(out|in)(\d*)", tok)
+        if m is None or (m.group(1) == "in" and not m.group(2)):
+            raise FormulaError(f"{self.where}: unknown factor {tok!r}")
+        outputs, index = m.group(1) == "out", int(m.group(2) or 0)
+        pick: Callable[[tuple[int, ...]], int] = math.prod
+        if self.peek() == "[":
+            self.take("[")
+            start = None if self.peek() == ":" else self.integer()
+            if self.peek() == ":":
+                self.take(":")
+                stop = None if self.peek() == "]" else self.integer()
+                pick = lambda d, a=start, b=stop: math.prod(d[a:b])  # noqa: E731
+            else:
+                assert start is not None
+                pick = lambda d, a=start: d[a]  # noqa: E731
+            self.take("]")
+
+        def ref(op: OpConfig, dims: Dims) -> int:
+            names = op.outputs if outputs else op.inputs
+            d = dims(names[index]) if index < len(names) else None
+            if d is None:
+                raise LookupError
+            return int(pick(d))
+        return ref
+
+
+def _param(op: OpConfig, name: str):
+    p = op.param(name)
+    if isinstance(p, TensorParam):
+        return p.tensor.data
+    if isinstance(p, ScalarParam):
+        return p.value
+    return None
+
+
+def _param_product(op: OpConfig, name: str) -> int:
+    v = _param(op, name)
+    if v is None:
+        raise LookupError
+    return int(np.prod(np.asarray(v, dtype=np.int64)))
+
+
+def _flag(op: OpConfig, name: str) -> bool:
+    v = _param(op, name)
+    return bool(v) if v is not None and np.size(v) == 1 else False
+
+
+def parse_table(text: str, file: str = "macs.txt") -> dict[str, Formula]:
+    """Op type -> formula, from the table's text."""
+    table: dict[str, Formula] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        names, sep, formula = line.partition("=")
+        if not sep:
+            raise FormulaError(f"{file}:{n}: expected `OpType[, OpType...] = formula`")
+        f = _Parser(formula, f"{file}:{n}").parse()
+        for name in (x.strip() for x in names.split(",")):
+            if not name or name in table:
+                raise FormulaError(f"{file}:{n}: op type {name!r} is empty or listed twice")
+            table[name] = f
+    return table
+
+
+@functools.cache
+def shipped_table() -> Mapping[str, Formula]:
+    """The shipped table, parsed once (it is immutable data)."""
+    return parse_table(TABLE.read_text(encoding="utf-8"), TABLE.name)
+
+
+def op_macs(op: OpConfig, dims: Dims, table: Mapping[str, Formula] | None = None) -> int:
+    """MACs of one op; 0 when the table has no formula or a tensor/param it needs is absent.
+
+    The table describes the `qti.aisw` op package; ops of custom packages count 0.
+    """
+    if op.package != PACKAGE:
+        return 0
+    f = (shipped_table() if table is None else table).get(op.type)
+    if f is None:
+        return 0
+    try:
+        return max(0, int(f(op, dims)))
+    except (LookupError, TypeError, ValueError):
+        return 0
+
+
+def graph_macs(graph: QnnGraph, table: Mapping[str, Formula] | None = None) -> list[int]:
+    """MACs of every op, in `graph.ops` order."""
+    tensors = graph.tensors
+
+    def dims(name: str) -> tuple[int, ...] | None:
+        t = tensors.get(name)
+        return None if t is None else t.dims
+
+    table = shipped_table() if table is None else table
+    return [op_macs(op, dims, table) for op in graph.ops]
