@@ -31,12 +31,13 @@ _ASSETS = Path(__file__).parent
 VERIFY_COLUMNS = ("source_op", "rule", "local_error", "cumulative_error", "tolerance", "verdict")
 
 
-def _subject_name(subject: str | None) -> tuple[str, str] | None:
-    """("node"|"tensor", name) from a diagnostic subject such as `node attn.q (qnn.MatMul, from ...)`."""
+def _subject_name(subject: str | None) -> tuple[str, str, str] | None:
+    """("node"|"tensor", name, op type or "") from a diagnostic subject such as
+    `node attn.q (qnn.MatMul, from ...)`."""
     if not subject:
         return None
-    m = re.match(r"(node|tensor) (.+?)(?: \(.*\))?$", subject)
-    return (m.group(1), m.group(2)) if m else None
+    m = re.match(r"(node|tensor) (.+?)(?: \(([^,)]*).*\))?$", subject)
+    return (m.group(1), m.group(2), m.group(3) or "") if m else None
 
 
 def _diag_json(d: Diagnostic) -> dict[str, Any]:
@@ -44,14 +45,20 @@ def _diag_json(d: Diagnostic) -> dict[str, Any]:
             "hint": d.hint or "", "code": d.code or ""}
 
 
-def _attach(diags: Sequence[Diagnostic], names: dict[str, int], producers: dict[str, int]) -> dict[int, list[int]]:
-    """Node index -> indices of the diagnostics that name it (or a tensor it produces)."""
+def _attach(diags: Sequence[Diagnostic], names: dict[str, int], producers: dict[str, int],
+            qnn: bool) -> dict[int, list[int]]:
+    """Node index -> indices of the diagnostics that name it (or a tensor it produces).
+
+    A subject naming a `qnn.` op type belongs to the QNN graph only (source and
+    QNN nodes often share names)."""
     out: dict[int, list[int]] = {}
     for k, d in enumerate(diags):
         got = _subject_name(d.subject)
         if got is None:
             continue
-        kind, name = got
+        kind, name, op_type = got
+        if not qnn and op_type.startswith("qnn."):
+            continue
         i = names.get(name) if kind == "node" else producers.get(name)
         if i is not None:
             out.setdefault(i, []).append(k)
@@ -68,7 +75,7 @@ def _qnn_view(g: QnnGraph, diags: Sequence[Diagnostic]) -> tuple[list[DrawNode],
         for t in op.outputs:
             index.setdefault(t, n_in + step)
     names = {op.name: n_in + s for s, op in enumerate(g.ops)}
-    by_node = _attach(diags, names, index)
+    by_node = _attach(diags, names, index, qnn=True)
     draw: list[DrawNode] = []
     data: list[dict[str, Any]] = []
 
@@ -108,7 +115,7 @@ def _source_view(s: SourceGraph, diags: Sequence[Diagnostic]) -> tuple[list[Draw
         for v in node.outputs:
             index.setdefault(v, len(inputs) + k)
     names = {node.name: len(inputs) + k for k, node in enumerate(s.nodes)}
-    by_node = _attach(diags, names, index)
+    by_node = _attach(diags, names, index, qnn=False)
     draw: list[DrawNode] = []
     data: list[dict[str, Any]] = []
     for name in inputs:
