@@ -8,7 +8,8 @@ Top level: `model.cpp`, `model.bin`, `converter_command`, `copyright_str`,
 `tensors` (name -> tensor) and `nodes` (name -> node). Tensor params live under
 their node, with their data inline; graph static data lives in the `.bin`.
 Fields the converter has no layout for (BLOCKWISE_EXPANSION, interleaved param
-order) use qlower's own keys, documented in docs/artifacts.md.
+order) use qlower's own keys, documented in docs/artifacts.md, as do the two
+extra node keys QNN tools ignore: `macs_per_inference` and `provenance`.
 """
 
 from __future__ import annotations

@@ -97,13 +97,36 @@ def layered(preds: Sequence[Sequence[int]], page_nodes: int = PAGE_NODES) -> Lay
     boxes: list[Box | None] = [None] * n
     out_pages = []
     for p, page_rows in enumerate(pages):
-        width = max(len(r) for r in page_rows) * (NODE_W + GAP_X) - GAP_X + 2 * MARGIN
+        xs = _columns(preds, page_rows)
+        left = min(xs.values()) - NODE_W / 2 - MARGIN
+        width = max(xs.values()) + NODE_W / 2 + MARGIN - left
         for r, row in enumerate(page_rows):
-            row_w = len(row) * (NODE_W + GAP_X) - GAP_X
-            x0 = (width - row_w) / 2 + NODE_W / 2
             y = MARGIN + NODE_H / 2 + r * ROW_H
-            for k, node in enumerate(row):
-                boxes[node] = Box(x0 + k * (NODE_W + GAP_X), y, p)
+            for node in row:
+                boxes[node] = Box(xs[node] - left, y, p)
         height = 2 * MARGIN + NODE_H + (len(page_rows) - 1) * ROW_H
         out_pages.append(Page(width, height, tuple(m for row in page_rows for m in row)))
     return Layout(tuple(b for b in boxes if b is not None), tuple(out_pages))
+
+
+def _columns(preds: Sequence[Sequence[int]], rows: list[list[int]]) -> dict[int, float]:
+    """x of each node on a page: under the mean x of its predecessors on the page (so chains run
+    straight down), kept in row order at least one node width apart, each row shifted to sit
+    where its nodes want to be on average."""
+    step = NODE_W + GAP_X
+    xs: dict[int, float] = {}
+    for row in rows:
+        want: list[float | None] = []
+        for node in row:
+            ps = [xs[q] for q in preds[node] if q in xs]
+            want.append(sum(ps) / len(ps) if ps else None)
+        known = [w for w in want if w is not None]
+        centre = sum(known) / len(known) if known else 0.0
+        filled = [w if w is not None else centre + (k - (len(row) - 1) / 2) * step for k, w in enumerate(want)]
+        placed: list[float] = []
+        for w in filled:
+            placed.append(w if not placed else max(w, placed[-1] + step))
+        shift = sum(f - x for f, x in zip(filled, placed)) / len(row)
+        for node, x in zip(row, placed):
+            xs[node] = x + shift
+    return xs
