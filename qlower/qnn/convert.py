@@ -99,12 +99,18 @@ def rule_location(location: str) -> str:
     return f"{short}:{line}" if line else short
 
 
-def origin_of(op: Op) -> Origin:
-    """The op's `Origin`: its rule and input-graph nodes (itself when no rule made it)."""
+def origin_of(op: Op, locations: dict[str, str] | None = None) -> Origin:
+    """The op's `Origin`: its rule and input-graph nodes (itself when no rule made it).
+    `locations` caches `rule_location` across the ops of a graph."""
     p = op.provenance
     if p is None:
         return Origin(None, None, (op.name,))
-    return Origin(p.rule, rule_location(p.location), p.sources)
+    loc = locations.get(p.location) if locations is not None else None
+    if loc is None:
+        loc = rule_location(p.location)
+        if locations is not None:
+            locations[p.location] = loc
+    return Origin(p.rule, loc, p.sources)
 
 
 def to_qnn(graph: Graph, registry: Any = None) -> QnnGraph:
@@ -181,6 +187,7 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
     for v in graph.inputs:
         tensor_of(v)
     ops = qg.ops
+    locations: dict[str, str] = {}
     for op in graph.topo_order():
         qtype = qtypes.get(op.type)
         if qtype is None:
@@ -229,7 +236,8 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
                     params.append(TensorParam(name, t))
         prov = op.provenance
         ops.append(OpConfig(op.name, qtype, inputs, outputs, params,
-                            provenance=str(prov) if prov is not None else None, origin=origin_of(op)))
+                            provenance=str(prov) if prov is not None else None,
+                            origin=origin_of(op, locations)))
     qg.inputs = [v.name for v in graph.inputs]
     qg.outputs = [tensor_of(v) for v in graph.outputs]
     return qg

@@ -247,18 +247,26 @@ class _NodeTail:
 
     def __init__(self, total_macs: int) -> None:
         self.total = total_macs
+        self.macs: dict[int, str] = {}
         self.rules: dict[tuple[str | None, str | None], str] = {}
 
     def __call__(self, op: OpConfig, macs: int) -> str:
-        text = f', "macs_per_inference": {_QUOTE(si_notation(macs, self.total))}'
+        text = self.macs.get(macs)
+        if text is None:
+            if len(self.macs) >= 1 << 16:
+                self.macs.clear()
+            text = self.macs[macs] = f', "macs_per_inference": {_QUOTE(si_notation(macs, self.total))}'
         o = op.origin
         if o is None:
             return text
         key = (o.rule, o.location)
         head = self.rules.get(key)
         if head is None:
-            head = self.rules[key] = f', "provenance": {{"rule": {_ENC(o.rule)}, "location": {_ENC(o.location)}'
-        return f'{text}{head}, "source_nodes": [{", ".join(map(_QUOTE, o.sources))}]}}'
+            head = self.rules[key] = (f', "provenance": {{"rule": {_ENC(o.rule)}, '
+                                      f'"location": {_ENC(o.location)}, "source_nodes": [')
+        srcs = o.sources
+        names = _QUOTE(srcs[0]) if len(srcs) == 1 else ", ".join(map(_QUOTE, srcs))
+        return f'{text}{head}{names}]}}'
 
 
 def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlower",

@@ -67,6 +67,9 @@ class _Parser:
             factors.append(self.factor())
         if len(factors) == 1:
             return factors[0]
+        if len(factors) == 2:
+            a, b = factors
+            return lambda op, dims: a(op, dims) * b(op, dims)
         return lambda op, dims: math.prod(f(op, dims) for f in factors)
 
     def integer(self) -> int:
@@ -124,7 +127,14 @@ class _Parser:
             if d is None:
                 raise LookupError
             return int(pick(d))
-        return ref
+
+        def elements(op: OpConfig, dims: Dims) -> int:  # the common case, without the slicing
+            names = op.outputs if outputs else op.inputs
+            d = dims(names[index]) if index < len(names) else None
+            if d is None:
+                raise LookupError
+            return math.prod(d)
+        return elements if pick is math.prod else ref
 
 
 def _param(op: OpConfig, name: str):
@@ -144,8 +154,12 @@ def _param_product(op: OpConfig, name: str) -> int:
 
 
 def _flag(op: OpConfig, name: str) -> bool:
-    v = _param(op, name)
-    return bool(v) if v is not None and np.size(v) == 1 else False
+    p = op.param(name)
+    if isinstance(p, ScalarParam):
+        return bool(p.value)
+    if isinstance(p, TensorParam) and p.tensor.data is not None and p.tensor.data.size == 1:
+        return bool(p.tensor.data.reshape(-1)[0])
+    return False
 
 
 def parse_table(text: str, file: str = "macs.txt") -> dict[str, Formula]:
@@ -197,4 +211,16 @@ def graph_macs(graph: QnnGraph, table: Mapping[str, Formula] | None = None) -> l
         return None if t is None else t.dims
 
     table = shipped_table() if table is None else table
-    return [op_macs(op, dims, table) for op in graph.ops]
+    get = table.get
+    out: list[int] = []
+    add = out.append
+    for op in graph.ops:  # op_macs, inlined: this runs once per op of every written graph
+        f = get(op.type)
+        if f is None or op.package != PACKAGE:
+            add(0)
+            continue
+        try:
+            add(max(0, int(f(op, dims))))
+        except (LookupError, TypeError, ValueError):
+            add(0)
+    return out
