@@ -11,6 +11,7 @@ Big graphs are paginated: each picture page holds at most `page_nodes` nodes.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from html import escape
@@ -42,7 +43,8 @@ def _subject_name(subject: str | None) -> tuple[str, str, str] | None:
 
 def _diag_json(d: Diagnostic) -> dict[str, Any]:
     return {"severity": str(d.severity), "message": d.message, "where": str(d.span) if d.span else (d.subject or ""),
-            "hint": d.hint or "", "code": d.code or ""}
+            "hint": d.hint or "", "code": d.code or "",
+            "notes": [f"{n.span}: {n.message}" if n.span else n.message for n in d.notes]}
 
 
 def _attach(diags: Sequence[Diagnostic], names: dict[str, int], producers: dict[str, int],
@@ -142,6 +144,19 @@ def _link(src: list[dict[str, Any]], qnn: list[dict[str, Any]]) -> None:
             src[si]["qnn"].append(qi)
 
 
+def _plain(v: Any) -> Any:
+    """JSON-safe values: non-finite floats become text (JSON has no NaN), numpy scalars Python ones."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if hasattr(v, "item") and callable(v.item) and getattr(v, "ndim", 1) == 0:
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+
+
 def _json_script(obj: Any) -> str:
     """JSON safe inside a `<script>` element."""
     text = json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str)
@@ -184,19 +199,19 @@ def render_html(*, title: str, backend: str, source: SourceGraph | None, qnn: Qn
         "diagnostics": [_diag_json(d) for d in diags],
         "memory": mem.to_json() if mem else None,
         "total_macs": total_macs,
-        "verification": [dict(r) for r in verification] if verification is not None else None,
+        "verification": [_plain(dict(r)) for r in verification] if verification is not None else None,
         "verify_columns": list(VERIFY_COLUMNS),
     }
     ops = [n for n in q_data if n["kind"] == "op"]
     summary = [("source ops", str(sum(1 for n in s_data if n["kind"] == "op")) if source else "—"),
                ("QNN ops", str(len(ops)) if qnn else "not lowered"),
                ("MACs per inference", f"{total_macs:,}"),
-               ("validation on " + backend.upper(), "ok" if not errors else f"{errors} error(s)")]
+               ("lowering for " + backend.upper(), "ok" if not errors else f"{errors} error(s)")]
     if mem is not None:
         summary += [("static bytes", f"{mem.static_bytes:,} ({human_bytes(mem.static_bytes)})"),
                     ("peak activation bytes", f"{mem.peak_activation_bytes:,} ({human_bytes(mem.peak_activation_bytes)})"),
                     ("peak at", f"{mem.peak_node} (step {mem.peak_step})" if mem.peak_node else "—")]
-    chips = "".join(f'<div class="chip{" bad" if k.startswith("validation") and errors else ""}">'
+    chips = "".join(f'<div class="chip{" bad" if k.startswith("lowering") and errors else ""}">'
                     f'<span class="k">{escape(k)}</span><span class="v">{escape(v)}</span></div>'
                     for k, v in summary)
     memory_html = '<p class="muted">No lowered graph, so no memory figures.</p>'

@@ -85,7 +85,8 @@
     for (const k of ids || []) {
       const d = D.diagnostics[k];
       box.append(el("div", { class: "diag " + d.severity }, el("span", { class: "sev", text: d.severity }), d.message,
-        d.hint ? el("div", { class: "muted", text: "hint: " + d.hint }) : null));
+        d.hint ? el("div", { class: "muted", text: "hint: " + d.hint }) : null,
+        ...(d.notes || []).map((n) => el("div", { class: "muted", text: "note: " + n }))));
     }
     return box;
   }
@@ -162,7 +163,8 @@
       const at = owner.get(k);
       host.append(el("div", { class: "diag " + d.severity }, el("span", { class: "sev", text: d.severity }),
         at ? link(at[0], at[1], G[at[0]].nodes[at[1]].name) : el("span", { class: "muted", text: d.where }),
-        ": " + d.message, d.hint ? el("div", { class: "muted", text: "hint: " + d.hint }) : null));
+        ": " + d.message, d.hint ? el("div", { class: "muted", text: "hint: " + d.hint }) : null,
+        ...(d.notes || []).map((n) => el("div", { class: "muted", text: "note: " + n }))));
     });
   }
 

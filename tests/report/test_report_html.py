@@ -137,11 +137,13 @@ def test_validation_error_sits_on_the_qnn_node(tmp_path, capsys):
 
 def test_verification_rows_fill_the_panel(tmp_path, capsys):
     rows = [{"source_op": "up", "rule": "linear", "local_error": 1e-4, "cumulative_error": 2e-4,
-             "tolerance": 1e-3, "verdict": "pass", "extra": 3}]
+             "tolerance": 1e-3, "verdict": "pass", "extra": 3},
+            {"source_op": "act", "local_error": float("nan"), "verdict": "fail"}]
     (tmp_path / "v.json").write_text(json.dumps({"rows": rows}))
     code, _, _ = lower(tmp_path, capsys, "--html-verify", tmp_path / "v.json")
     assert code == 0
-    assert Page((tmp_path / "page.html").read_text(encoding="utf-8")).data["verification"] == rows
+    shown = Page((tmp_path / "page.html").read_text(encoding="utf-8")).data["verification"]
+    assert shown == [rows[0], {**rows[1], "local_error": "nan"}]  # JSON has no NaN: shown as text
 
 
 def test_bad_verification_rows_are_a_user_error(tmp_path, capsys):
