@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from qlower.qnn.model import PACKAGE, OpConfig, QnnGraph, ScalarParam, TensorParam
+from qlower.qnn.model import PACKAGE, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam
 
 TABLE = Path(__file__).parent / "opdefs" / "macs.txt"
-Dims = Callable[[str], "tuple[int, ...] | None"]  # tensor name -> dims (None: unknown)
-Formula = Callable[[OpConfig, Dims], int]
+Tensors = Mapping[str, QnnTensor]  # the graph's tensors by name: where formulas read dims
+Formula = Callable[[OpConfig, Tensors], int]
 
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_]\w*)|(?P<punct>[\[\]():,*-]))")
 
@@ -69,8 +69,8 @@ class _Parser:
             return factors[0]
         if len(factors) == 2:
             a, b = factors
-            return lambda op, dims: a(op, dims) * b(op, dims)
-        return lambda op, dims: math.prod(f(op, dims) for f in factors)
+            return lambda op, ts: a(op, ts) * b(op, ts)
+        return lambda op, ts: math.prod(f(op, ts) for f in factors)
 
     def integer(self) -> int:
         neg = self.peek() == "-"
@@ -85,7 +85,7 @@ class _Parser:
         tok = self.take()
         if tok.isdigit():
             n = int(tok)
-            return lambda op, dims: n
+            return lambda op, ts: n
         if tok == "(":
             f = self.product()
             self.take(")")
@@ -94,7 +94,7 @@ class _Parser:
             self.take("(")
             name = self.take()
             self.take(")")
-            return lambda op, dims: _param_product(op, name)
+            return lambda op, ts: _param_product(op, name)
         if tok == "if":
             self.take("(")
             name = self.take()
@@ -103,7 +103,7 @@ class _Parser:
             self.take(",")
             no = self.product()
             self.take(")")
-            return lambda op, dims: yes(op, dims) if _flag(op, name) else no(op, dims)
+            return lambda op, ts: yes(op, ts) if _flag(op, name) else no(op, ts)
         m = re.fullmatch(r"(out|in)(\d*)", tok)
         if m is None or (m.group(1) == "in" and not m.group(2)):
             raise FormulaError(f"{self.where}: unknown factor {tok!r}")
@@ -121,19 +121,13 @@ class _Parser:
                 pick = lambda d, a=start: d[a]  # noqa: E731
             self.take("]")
 
-        def ref(op: OpConfig, dims: Dims) -> int:
+        def ref(op: OpConfig, ts: Tensors) -> int:
             names = op.outputs if outputs else op.inputs
-            d = dims(names[index]) if index < len(names) else None
-            if d is None:
-                raise LookupError
-            return int(pick(d))
+            return int(pick(ts[names[index]].dims))  # IndexError/KeyError: absent, counts 0
 
-        def elements(op: OpConfig, dims: Dims) -> int:  # the common case, without the slicing
+        def elements(op: OpConfig, ts: Tensors) -> int:  # the common case, without the slicing
             names = op.outputs if outputs else op.inputs
-            d = dims(names[index]) if index < len(names) else None
-            if d is None:
-                raise LookupError
-            return math.prod(d)
+            return math.prod(ts[names[index]].dims)
         return elements if pick is math.prod else ref
 
 
@@ -186,7 +180,7 @@ def shipped_table() -> Mapping[str, Formula]:
     return parse_table(TABLE.read_text(encoding="utf-8"), TABLE.name)
 
 
-def op_macs(op: OpConfig, dims: Dims, table: Mapping[str, Formula] | None = None) -> int:
+def op_macs(op: OpConfig, tensors: Tensors, table: Mapping[str, Formula] | None = None) -> int:
     """MACs of one op; 0 when the table has no formula or a tensor/param it needs is absent.
 
     The table describes the `qti.aisw` op package; ops of custom packages count 0.
@@ -197,7 +191,7 @@ def op_macs(op: OpConfig, dims: Dims, table: Mapping[str, Formula] | None = None
     if f is None:
         return 0
     try:
-        return max(0, int(f(op, dims)))
+        return max(0, int(f(op, tensors)))
     except (LookupError, TypeError, ValueError):
         return 0
 
@@ -205,11 +199,6 @@ def op_macs(op: OpConfig, dims: Dims, table: Mapping[str, Formula] | None = None
 def graph_macs(graph: QnnGraph, table: Mapping[str, Formula] | None = None) -> list[int]:
     """MACs of every op, in `graph.ops` order."""
     tensors = graph.tensors
-
-    def dims(name: str) -> tuple[int, ...] | None:
-        t = tensors.get(name)
-        return None if t is None else t.dims
-
     table = shipped_table() if table is None else table
     get = table.get
     out: list[int] = []
@@ -220,7 +209,7 @@ def graph_macs(graph: QnnGraph, table: Mapping[str, Formula] | None = None) -> l
             add(0)
             continue
         try:
-            add(max(0, int(f(op, dims))))
+            add(max(0, int(f(op, tensors))))
         except (LookupError, TypeError, ValueError):
             add(0)
     return out
