@@ -145,6 +145,7 @@ def lower(args: argparse.Namespace) -> int:
     _progress(args, f"loading {args.model}")
     graph = load_model(args.model, args.frontend)
     rules = rules_for(args, graph)
+    source = _html_prelude(args, graph)
     # The loaded graph lives until the process ends: keep the cyclic collector from
     # rescanning its millions of objects in every later phase (seconds each on big models).
     gc.freeze()
@@ -179,11 +180,43 @@ def lower(args: argparse.Namespace) -> int:
         report = {"model": args.model, "backend": args.backend, "ops_in": result.ops_in,
                   "qnn_ops": result.qnn_op_counts(), "coverage": result.coverage_json(),
                   "ok": result.ok}
+        if result.qnn is not None:
+            from qlower.qnn.macs import graph_macs
+            from qlower.report import memory_report
+
+            report["total_macs"] = sum(graph_macs(result.qnn))
+            report["memory"] = memory_report(result.qnn).to_json()
         if args.report != "-":
             _write_json_atomic(Path(args.report), report)
+    if source is not None:
+        _write_html(args, source, result)
     if result.ok:
         return 0
     return 0 if args.allow_partial else 1
+
+
+def _html_prelude(args: argparse.Namespace, graph):
+    """With --html: check the verification rows early and snapshot the source graph before lowering edits it."""
+    if not getattr(args, "html", None):
+        return None
+    from qlower.report import load_verification, snapshot
+
+    args.verification_rows = load_verification(args.html_verify) if args.html_verify else None
+    return snapshot(graph)
+
+
+def _write_html(args: argparse.Namespace, source, result) -> None:
+    from qlower.report import write_html
+
+    path = Path(args.html)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise QlowerError(error(f"cannot create {path.parent}: {exc.strerror or exc}", code="io")) from None
+    write_html(path, title=Path(args.model).name, backend=args.backend, source=source, qnn=result.qnn,
+               diagnostics=result.diagnostics, verification=args.verification_rows)
+    if not args.quiet:
+        print(f"  wrote {path}")
 
 
 def _summary(args, result, written, verify_line) -> None:
@@ -202,10 +235,24 @@ def _summary(args, result, written, verify_line) -> None:
     else:
         print("  QNN ops: " + ", ".join(f"{k}×{v}" for k, v in counts.items()))
         print(f"  validation on {args.backend.upper()}: {'ok' if result.ok else f'{errors} error(s)'}")
+    if args.report is not None and result.qnn is not None:
+        _memory_lines(result.qnn)
     if verify_line:
         print(f"  {verify_line}")
     for p in written:
         print(f"  wrote {p}")
+
+
+def _memory_lines(qnn) -> None:
+    from qlower.qnn.macs import graph_macs
+    from qlower.report.memory import human_bytes, memory_report
+
+    m = memory_report(qnn)
+    print(f"  MACs per inference: {sum(graph_macs(qnn)):,}")
+    kinds = ", ".join(f"{k} {human_bytes(v)}" for k, v in m.static_bytes_by_datatype.items())
+    print(f"  memory: static {m.static_bytes:,} bytes ({human_bytes(m.static_bytes)}{': ' + kinds if kinds else ''})")
+    at = f" at node {m.peak_node} (step {m.peak_step} of {len(m.live_bytes)})" if m.peak_node is not None else ""
+    print(f"  memory: peak activations {m.peak_activation_bytes:,} bytes ({human_bytes(m.peak_activation_bytes)}){at}")
 
 
 # ------------------------------------------------------------- run / validate

@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--report", nargs="?", const="-", default=None,
                    help="print the coverage report (and write it as JSON to FILE if given)")
     s.add_argument("--timings", default=None, metavar="FILE", help="write phase wall times as JSON")
+    s.add_argument("--html", default=None, metavar="FILE",
+                   help="write a self-contained HTML report: source and QNN graphs linked, diagnostics, memory")
+    s.add_argument("--html-verify", default=None, metavar="FILE",
+                   help="per-op verification rows (JSON) to show in the --html page")
     s.add_argument("--opdefs", action="append", default=[])
     s.add_argument("--allow-partial", action="store_true", help="keep going and report what was not lowered")
     s.add_argument("--no-float16", action="store_true", help="keep float32 on HTP")
@@ -118,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if getattr(args, "html_verify", None) and not getattr(args, "html", None):
+            parser.error("--html-verify needs --html FILE")
     except SystemExit as exc:
         return int(exc.code or 0)
     try:

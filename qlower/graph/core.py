@@ -56,6 +56,9 @@ class Provenance(NamedTuple):
     rule: str
     location: str  # file:line:col of the rule
     source: str  # name of the matched root node
+    # The nodes of the *input* graph this op stems from: the matched ops, each traced back
+    # through the ops earlier rules emitted (empty: made by a pass, e.g. a precision cast).
+    sources: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"rule {self.rule} at {self.location}"

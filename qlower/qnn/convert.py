@@ -10,15 +10,16 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
 
 from qlower.diagnostics import QlowerError, error
-from qlower.graph.core import Graph, Value
+from qlower.graph.core import Graph, Op, Value
 from qlower.graph.types import Quant
 from qlower.qnn.datatypes import DataType, from_numpy
-from qlower.qnn.model import EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, \
+from qlower.qnn.model import EncodingKind, OpConfig, Origin, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, \
     TensorParam, TensorType
 
 
@@ -85,6 +86,31 @@ def _no_gc() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+def rule_location(location: str) -> str:
+    """`folder/file.qpat:line` from a rule's `file:line:col`: the same on every machine."""
+    parts = location.rsplit(":", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        file, line = parts[0], parts[1]
+    else:
+        file, line = location, ""
+    short = "/".join(PurePath(file).parts[-2:])
+    return f"{short}:{line}" if line else short
+
+
+def origin_of(op: Op, locations: dict[str, str] | None = None) -> Origin:
+    """The op's `Origin`: its rule and input-graph nodes (itself when no rule made it).
+    `locations` caches `rule_location` across the ops of a graph."""
+    p = op.provenance
+    if p is None:
+        return Origin(None, None, (op.name,))
+    loc = locations.get(p.location) if locations is not None else None
+    if loc is None:
+        loc = rule_location(p.location)
+        if locations is not None:
+            locations[p.location] = loc
+    return Origin(p.rule, loc, p.sources)
 
 
 def to_qnn(graph: Graph, registry: Any = None) -> QnnGraph:
@@ -161,6 +187,7 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
     for v in graph.inputs:
         tensor_of(v)
     ops = qg.ops
+    locations: dict[str, str] = {}
     for op in graph.topo_order():
         qtype = qtypes.get(op.type)
         if qtype is None:
@@ -209,7 +236,8 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
                     params.append(TensorParam(name, t))
         prov = op.provenance
         ops.append(OpConfig(op.name, qtype, inputs, outputs, params,
-                            provenance=str(prov) if prov is not None else None))
+                            provenance=str(prov) if prov is not None else None,
+                            origin=origin_of(op, locations)))
     qg.inputs = [v.name for v in graph.inputs]
     qg.outputs = [tensor_of(v) for v in graph.outputs]
     return qg

@@ -8,7 +8,8 @@ Top level: `model.cpp`, `model.bin`, `converter_command`, `copyright_str`,
 `tensors` (name -> tensor) and `nodes` (name -> node). Tensor params live under
 their node, with their data inline; graph static data lives in the `.bin`.
 Fields the converter has no layout for (BLOCKWISE_EXPANSION, interleaved param
-order) use qlower's own keys, documented in docs/artifacts.md.
+order) use qlower's own keys, documented in docs/artifacts.md, as do the two
+extra node keys QNN tools ignore: `macs_per_inference` and `provenance`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import numpy as np
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.emit_bin import Layout, plan, storage
-from qlower.qnn.model import (EncodingKind, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorParam,
+from qlower.qnn.macs import graph_macs
+from qlower.qnn.model import (EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorParam,
                               TensorType)
 
 DEFINITION_DEFINED = 1
@@ -239,6 +241,34 @@ def _scalar_key(p: ScalarParam) -> tuple[Any, ...] | None:
     return None  # floats: -0.0 == 0.0 and NaN != NaN
 
 
+class _NodeTail:
+    """qlower's extra node keys, which QNN tools ignore: `macs_per_inference` (the
+    converter's format) and `provenance` (rule, its `folder/file:line`, source nodes)."""
+
+    def __init__(self, total_macs: int) -> None:
+        self.total = total_macs
+        self.macs: dict[int, str] = {}
+        self.rules: dict[tuple[str | None, str | None], str] = {}
+
+    def __call__(self, op: OpConfig, macs: int) -> str:
+        text = self.macs.get(macs)
+        if text is None:
+            if len(self.macs) >= 1 << 16:
+                self.macs.clear()
+            text = self.macs[macs] = f', "macs_per_inference": {_QUOTE(si_notation(macs, self.total))}'
+        o = op.origin
+        if o is None:
+            return text
+        key = (o.rule, o.location)
+        head = self.rules.get(key)
+        if head is None:
+            head = self.rules[key] = (f', "provenance": {{"rule": {_ENC(o.rule)}, '
+                                      f'"location": {_ENC(o.location)}, "source_nodes": [')
+        srcs = o.sources
+        names = _QUOTE(srcs[0]) if len(srcs) == 1 else ", ".join(map(_QUOTE, srcs))
+        return f'{text}{head}{names}]}}'
+
+
 def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlower",
           copyright_str: str = "", layout: Layout | None = None) -> None:
     """Stream the `_net.json` text into `fileobj` (binary, UTF-8), one tensor or node at a time.
@@ -254,6 +284,8 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
     add = parts.append
     quote = _QUOTE
     total = layout.static_elements
+    macs = graph_macs(graph)
+    total_macs = sum(macs)
     header = {
         "model.cpp": f"{graph.name}.cpp",
         "model.bin": f"{graph.name}.bin",
@@ -261,7 +293,7 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
         "copyright_str": copyright_str,
         "op_types": list(layout.op_types),
         "Total parameters": total_parameters(total),
-        "Total MACs per inference": si_notation(0, 0),
+        "Total MACs per inference": si_notation(total_macs, total_macs),
     }
     add("{\n")
     for k, v in header.items():
@@ -284,7 +316,8 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
     scalars: dict[tuple[Any, ...], str] = {}
     heads: dict[tuple[str, str], str] = {}
     sep = "\n      "
-    for op in graph.ops:
+    tail = _NodeTail(total_macs)
+    for op, op_macs in zip(graph.ops, macs):
         hk = (op.package, op.type)
         head = heads.get(hk)
         if head is None:
@@ -293,7 +326,7 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
         if not params:
             add(f'{sep}{quote(op.name)}: {head}}}, "scalar_params": {{}}, '
                 f'"input_names": [{", ".join(map(quote, op.inputs))}], '
-                f'"output_names": [{", ".join(map(quote, op.outputs))}]}}')
+                f'"output_names": [{", ".join(map(quote, op.outputs))}]{tail(op, op_macs)}}}')
             sep = ",\n      "
             if len(parts) >= _FLUSH_PARTS:
                 out.flush()
@@ -322,7 +355,7 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
         outs = ", ".join(map(quote, op.outputs))
         order = "" if order_ok else f', "param_order": {_ENC([p.name for p in params])}'
         add(f'{sep}{quote(op.name)}: {head}{", ".join(tparts)}}}, "scalar_params": {{{", ".join(sparts)}}}, '
-            f'"input_names": [{ins}], "output_names": [{outs}]{order}}}')
+            f'"input_names": [{ins}], "output_names": [{outs}]{order}{tail(op, op_macs)}}}')
         sep = ",\n      "
         if len(parts) >= _FLUSH_PARTS:
             out.flush()

@@ -129,9 +129,28 @@ class TensorParam:
 Param = ScalarParam | TensorParam
 
 
+@attrs.frozen
+class Origin:
+    """Where a QNN op came from, as `_net.json` records it (see docs/artifacts.md).
+
+    `rule` is None for an op that was already a QNN op in the input graph;
+    `location` is the rule's `folder/file.qpat:line` (no machine paths, so
+    artifacts do not depend on where qlower or the rules are installed);
+    `sources` are the input graph's node names.
+    """
+
+    rule: str | None
+    location: str | None
+    sources: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "location": self.location, "source_nodes": list(self.sources)}
+
+
 @attrs.define(eq=False)
 class OpConfig:
-    """One Qnn_OpConfig_t. `provenance` (rule and source node) is for messages only."""
+    """One Qnn_OpConfig_t. `provenance` (rule and source node) is for messages only;
+    `origin` is the same fact in structured form, written to `_net.json`."""
 
     name: str
     type: str
@@ -140,6 +159,7 @@ class OpConfig:
     params: list[Param] = attrs.Factory(list)
     package: str = PACKAGE
     provenance: str | None = None
+    origin: Origin | None = None
 
     def param(self, name: str) -> Param | None:
         for p in self.params:

@@ -24,7 +24,8 @@ from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.emit_bin import c_identifiers, num_elements
 from qlower.qnn.emit_json import parse_quant_params, scalar_value
 from qlower.qnn.ir_types import IrTypes, shipped
-from qlower.qnn.model import PACKAGE, OpConfig, Param, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
+from qlower.qnn.model import (PACKAGE, OpConfig, Origin, Param, QnnGraph, QnnTensor, ScalarParam, TensorParam,
+                              TensorType)
 
 _NET_SUFFIX = "_net.json"
 _LFS_POINTER = b"version https://git-lfs.github.com/spec/"
@@ -37,7 +38,7 @@ _KNOWN = {
                "axis_format", "quant_params", "dims", "is_dynamic_dims", "is_quantizable", "is_updateable",
                "params_count", "data"},
     "node": {"name", "package", "type", "tensor_params", "scalar_params", "param_map", "param_order",
-             "input_names", "output_names", "macs_per_inference"},
+             "input_names", "output_names", "macs_per_inference", "provenance"},
 }
 _OP_PARAM = 1  # param_map value of a real op param (the converter IR's "core" attributes); others are meta
 
@@ -368,7 +369,20 @@ def _node(name: str, ndoc: Any, raws: _Raws, cnames: dict[str, str], ctx: _Ctx) 
             raise ctx.fail("`param_order` must list the node's params, each once", subject)
         order = [p for p in order if p in kept] + [p for p in kept if p not in order]
     return OpConfig(name, op_type, list(names["input_names"]), list(names["output_names"]),
-                    [kept[p] for p in (order or kept)], package=package or PACKAGE, provenance=provenance)
+                    [kept[p] for p in (order or kept)], package=package or PACKAGE, provenance=provenance,
+                    origin=_origin(ndoc.get("provenance")))
+
+
+def _origin(doc: Any) -> Origin | None:
+    """qlower's `provenance` key, when it is well formed (it is informative only: anything else is ignored)."""
+    if not isinstance(doc, dict):
+        return None
+    rule, location, sources = doc.get("rule"), doc.get("location"), doc.get("source_nodes", [])
+    if not (rule is None or isinstance(rule, str)) or not (location is None or isinstance(location, str)):
+        return None
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        return None
+    return Origin(rule, location, tuple(sources))
 
 
 def _op_type(node_type: str, params: dict[str, Param], pmap: dict[str, int], subject: str,

@@ -396,8 +396,9 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
     """Apply a finished plan; returns the new ops."""
     matched: list[tuple[Op, bool]] = env[OPS]
     root = matched[0][0]
-    # a cleanup rule rewrites ops an earlier rule emitted: the source node stays the one they came from
-    prov = Provenance(rule.name, rule.location, root.provenance.source if root.provenance else root.name)
+    # an op an earlier rule emitted (a cleanup rule's match) stands for the source nodes it came from
+    source = root.provenance.source if root.provenance else root.name
+    prov = Provenance(rule.name, rule.location, source, _origins(matched))
     if plan.retype and len(matched) == 1:
         new = plan.ops[0]
         graph.retype(root, new.type, new.attrs, prov)
@@ -458,6 +459,16 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
                 graph.remove_value(v)
     created = [op for op in created if not op.dead]
     return created
+
+
+def _origins(matched: list[tuple[Op, bool]]) -> tuple[str, ...]:
+    """The input-graph nodes behind the matched ops (an op an earlier rule emitted stands for its sources)."""
+    out: dict[str, None] = {}
+    for op, _ in matched:
+        p = op.provenance
+        for s in (p.sources if p is not None and p.sources else (op.name,)):
+            out[s] = None
+    return tuple(out)
 
 
 def _drop_interior(graph: Graph, matched: list[tuple[Op, bool]]) -> None:

@@ -1,0 +1,215 @@
+"""Multiply-accumulates per QNN op, from the formula table `opdefs/macs.txt`.
+
+The formulas are data (one line per op type, a product of factors over the
+op's input/output dims and params); this module only parses and evaluates
+them. Ops the table does not list count 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from qlower.qnn.model import PACKAGE, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam
+
+TABLE = Path(__file__).parent / "opdefs" / "macs.txt"
+Tensors = Mapping[str, QnnTensor]  # the graph's tensors by name: where formulas read dims
+Formula = Callable[[OpConfig, Tensors], int]
+
+_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_]\w*)|(?P<punct>[\[\]():,*-]))")
+
+
+class FormulaError(ValueError):
+    """A malformed line in the MAC table (a bug in shipped data, reported with file:line)."""
+
+
+class _Parser:
+    """Recursive descent over one formula; builds a closure (no eval)."""
+
+    def __init__(self, text: str, where: str) -> None:
+        self.where = where
+        self.tokens: list[str] = []
+        pos = 0
+        text = text.rstrip()
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                raise FormulaError(f"{where}: cannot read {text[pos:]!r}")
+            self.tokens.append(m.group(m.lastgroup or "punct"))
+            pos = m.end()
+        self.i = 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self, want: str | None = None) -> str:
+        tok = self.peek()
+        if tok is None or (want is not None and tok != want):
+            raise FormulaError(f"{self.where}: expected {want or 'more'}, got {tok!r}")
+        self.i += 1
+        return tok
+
+    def parse(self) -> Formula:
+        f = self.product()
+        if self.peek() is not None:
+            raise FormulaError(f"{self.where}: unexpected {self.peek()!r}")
+        return f
+
+    def product(self) -> Formula:
+        factors = [self.factor()]
+        while self.peek() == "*":
+            self.take("*")
+            factors.append(self.factor())
+        if len(factors) == 1:
+            return factors[0]
+        if len(factors) == 2:
+            a, b = factors
+            return lambda op, ts: a(op, ts) * b(op, ts)
+        return lambda op, ts: math.prod(f(op, ts) for f in factors)
+
+    def integer(self) -> int:
+        neg = self.peek() == "-"
+        if neg:
+            self.take("-")
+        tok = self.take()
+        if not tok.isdigit():
+            raise FormulaError(f"{self.where}: expected an integer, got {tok!r}")
+        return -int(tok) if neg else int(tok)
+
+    def factor(self) -> Formula:
+        tok = self.take()
+        if tok.isdigit():
+            n = int(tok)
+            return lambda op, ts: n
+        if tok == "(":
+            f = self.product()
+            self.take(")")
+            return f
+        if tok == "param":
+            self.take("(")
+            name = self.take()
+            self.take(")")
+            return lambda op, ts: _param_product(op, name)
+        if tok == "if":
+            self.take("(")
+            name = self.take()
+            self.take(",")
+            yes = self.product()
+            self.take(",")
+            no = self.product()
+            self.take(")")
+            return lambda op, ts: yes(op, ts) if _flag(op, name) else no(op, ts)
+        m = re.fullmatch(r"(out|in)(\d*)", tok)
+        if m is None or (m.group(1) == "in" and not m.group(2)):
+            raise FormulaError(f"{self.where}: unknown factor {tok!r}")
+        outputs, index = m.group(1) == "out", int(m.group(2) or 0)
+        pick: Callable[[tuple[int, ...]], int] = math.prod
+        if self.peek() == "[":
+            self.take("[")
+            start = None if self.peek() == ":" else self.integer()
+            if self.peek() == ":":
+                self.take(":")
+                stop = None if self.peek() == "]" else self.integer()
+                pick = lambda d, a=start, b=stop: math.prod(d[a:b])  # noqa: E731
+            else:
+                assert start is not None
+                pick = lambda d, a=start: d[a]  # noqa: E731
+            self.take("]")
+
+        def ref(op: OpConfig, ts: Tensors) -> int:
+            names = op.outputs if outputs else op.inputs
+            return int(pick(ts[names[index]].dims))  # IndexError/KeyError: absent, counts 0
+
+        def elements(op: OpConfig, ts: Tensors) -> int:  # the common case, without the slicing
+            names = op.outputs if outputs else op.inputs
+            return math.prod(ts[names[index]].dims)
+        return elements if pick is math.prod else ref
+
+
+def _param(op: OpConfig, name: str):
+    p = op.param(name)
+    if isinstance(p, TensorParam):
+        return p.tensor.data
+    if isinstance(p, ScalarParam):
+        return p.value
+    return None
+
+
+def _param_product(op: OpConfig, name: str) -> int:
+    v = _param(op, name)
+    if v is None:
+        raise LookupError
+    return int(np.prod(np.asarray(v, dtype=np.int64)))
+
+
+def _flag(op: OpConfig, name: str) -> bool:
+    p = op.param(name)
+    if isinstance(p, ScalarParam):
+        return bool(p.value)
+    if isinstance(p, TensorParam) and p.tensor.data is not None and p.tensor.data.size == 1:
+        return bool(p.tensor.data.reshape(-1)[0])
+    return False
+
+
+def parse_table(text: str, file: str = "macs.txt") -> dict[str, Formula]:
+    """Op type -> formula, from the table's text."""
+    table: dict[str, Formula] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        names, sep, formula = line.partition("=")
+        if not sep:
+            raise FormulaError(f"{file}:{n}: expected `OpType[, OpType...] = formula`")
+        f = _Parser(formula, f"{file}:{n}").parse()
+        for name in (x.strip() for x in names.split(",")):
+            if not name or name in table:
+                raise FormulaError(f"{file}:{n}: op type {name!r} is empty or listed twice")
+            table[name] = f
+    return table
+
+
+@functools.cache
+def shipped_table() -> Mapping[str, Formula]:
+    """The shipped table, parsed once (it is immutable data)."""
+    return parse_table(TABLE.read_text(encoding="utf-8"), TABLE.name)
+
+
+def op_macs(op: OpConfig, tensors: Tensors, table: Mapping[str, Formula] | None = None) -> int:
+    """MACs of one op; 0 when the table has no formula or a tensor/param it needs is absent.
+
+    The table describes the `qti.aisw` op package; ops of custom packages count 0.
+    """
+    if op.package != PACKAGE:
+        return 0
+    f = (shipped_table() if table is None else table).get(op.type)
+    if f is None:
+        return 0
+    try:
+        return max(0, int(f(op, tensors)))
+    except (LookupError, TypeError, ValueError):
+        return 0
+
+
+def graph_macs(graph: QnnGraph, table: Mapping[str, Formula] | None = None) -> list[int]:
+    """MACs of every op, in `graph.ops` order."""
+    tensors = graph.tensors
+    table = shipped_table() if table is None else table
+    get = table.get
+    out: list[int] = []
+    add = out.append
+    for op in graph.ops:  # op_macs, inlined: this runs once per op of every written graph
+        f = get(op.type)
+        if f is None or op.package != PACKAGE:
+            add(0)
+            continue
+        try:
+            add(max(0, int(f(op, tensors))))
+        except (LookupError, TypeError, ValueError):
+            add(0)
+    return out
