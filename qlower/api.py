@@ -53,6 +53,20 @@ class Rules:
         return got
 
 
+def rules_from_text(text: str, *, name: str = "<rules>.qpat", opdefs: Sequence[str | Path] = (),
+                    plugins: bool = True, cleanup: bool = False) -> Rules:
+    """`load_rules` for rules held in a string (imports resolve like a file's in the working directory)."""
+    from qlower.lang.loader import load_rules as _load
+    from qlower.plugins import builtin_contributions, installed
+
+    extra = installed() if plugins else builtin_contributions()
+    path = (Path.cwd() / name).resolve()
+    paths = [path] + ([extra.pack("qnn")] if cleanup and extra.pack("qnn") is not None else [])
+    reg = load_registry(list(opdefs) + list(extra.opdef_paths))
+    ruleset = _load(paths, registry=reg, functions=extra.functions, packs=extra.packs, overlay={path: text})
+    return Rules(ruleset, reg, extra.functions, extra.kernels)
+
+
 def load_registry(opdefs: Sequence[str | Path] = ()):
     from qlower.qnn.opdef import OpDefRegistry
 
@@ -60,11 +74,12 @@ def load_registry(opdefs: Sequence[str | Path] = ()):
 
 
 def load_rules(paths: Sequence[str | Path] = (), *, packs: Sequence[str] = (), opdefs: Sequence[str | Path] = (),
-               plugins: bool = True, registry: Any = None, cleanup: bool = True) -> Rules:
+               plugins: bool = True, registry: Any = None, cleanup: bool | None = None) -> Rules:
     """Load and check rule files/folders and shipped packs; raises QlowerError on errors.
 
     `cleanup` adds the `qnn` pack: QNN → QNN rules run after lowering (transposes that cancel,
-    reshape chains)."""
+    reshape chains). By default it comes with any pack named in `packs`; rule files and folders
+    given as paths are loaded as they are."""
     from qlower.lang.loader import load_rules as _load
     from qlower.plugins import installed
 
@@ -79,6 +94,8 @@ def load_rules(paths: Sequence[str | Path] = (), *, packs: Sequence[str] = (), o
             raise QlowerError(error(f"no rule pack named {name}", hint=f"known packs: {', '.join(sorted(extra.packs))}",
                                     code="no-pack"))
         all_paths.append(found)
+    if cleanup is None:
+        cleanup = bool(packs)
     if cleanup and "qnn" not in packs and extra.pack("qnn") is not None:
         all_paths.append(extra.pack("qnn"))
     opdefs = list(opdefs) + list(extra.opdef_paths)
@@ -145,12 +162,16 @@ def _no_gc() -> Iterator[None]:
 
 
 def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = True,
-          float16: bool | None = None, allow_partial: bool = False) -> LowerResult:
-    """Rewrite `graph` in place until it is in the qnn dialect, then convert and validate.
+          float16: bool | None = None, allow_partial: bool = False, inplace: bool = True) -> LowerResult:
+    """Rewrite `graph` until it is in the qnn dialect, then convert and validate.
 
     `float16` (default: on for HTP) runs HTP's float path in FLOAT_16, keeping
-    float32 graph inputs/outputs behind Cast ops.
+    float32 graph inputs/outputs behind Cast ops. `inplace=False` lowers a copy
+    (`result.graph`) and leaves `graph` as it was, e.g. to lower one graph for
+    several backends.
     """
+    if not inplace:
+        graph = graph.copy()
     from qlower.qnn.convert import to_qnn
     from qlower.qnn.precision import to_float16
     from qlower.qnn.validate import validate_graph

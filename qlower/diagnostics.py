@@ -170,6 +170,9 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     import difflib
 
     pool = list(candidates)
+    same = [c for c in pool if c.lower() == name.lower() and c != name]
+    if same:  # only the case differs: that is the one meant, however close another spelling is
+        return f"did you mean `{same[0]}`?"
     close = difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
     if not close:
         lowered = {c.lower(): c for c in pool}

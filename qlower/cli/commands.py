@@ -135,7 +135,7 @@ def rules_for(args, graph):
     if installed().pack(dialect) is None:
         raise QlowerError(error(f"no shipped rule pack for dialect {dialect}", hint="pass --rules PATH",
                                 code="no-pack"))
-    return load_rules([installed().pack(dialect)], opdefs=args.opdefs)
+    return load_rules(packs=[dialect], opdefs=args.opdefs)  # with the qnn cleanup pack
 
 
 def lower(args: argparse.Namespace) -> int:

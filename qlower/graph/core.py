@@ -246,6 +246,20 @@ class Graph:
         for v in self.outputs:
             v.is_output = True
 
+    def copy(self) -> Graph:
+        """An independent graph with the same values, ops and I/O; constant data is shared, not
+        copied (rewrites replace values, they never write into a constant's array)."""
+        out = Graph(self.name)
+        for v in self._values.values():
+            out.add_value(v.name, v.dtype, v.shape, quant=v.quant, data=v.data)
+        for op in self._ops.values():
+            if op.dead:
+                continue
+            out.add_op(op.name, op.type, [out._values[v.name] if v is not None else None for v in op.operands],
+                       [out._values[v.name] for v in op.results], dict(op.attrs), op.provenance)
+        out.set_io([out._values[v.name] for v in self.inputs], [out._values[v.name] for v in self.outputs])
+        return out
+
     def fresh_value_name(self, base: str) -> str:
         return _fresh(base, self._values)
 

@@ -47,10 +47,16 @@ def _int(tok: Token, file: str) -> int:
     """An INT token's value: decimal (leading zeros allowed) or 0x hex."""
     text = str(tok)
     try:
-        return int(text[2:], 16) if text.startswith("0x") else int(text, 10)
+        value = int(text[2:], 16) if text.startswith("0x") else int(text, 10)
     except ValueError:  # more digits than Python converts
-        raise QlowerError(error("integer literal is too long", span=_token_span(file, tok),
-                                code="syntax")) from None
+        value = None
+    if value is None or value >= _INT_LIMIT:  # no QNN param or dim holds it, and no float either
+        raise QlowerError(error("integer literal is too large (the limit is 2**64 - 1)",
+                                span=_token_span(file, tok), code="syntax")) from None
+    return value
+
+
+_INT_LIMIT = 1 << 64
 
 
 def _token_span(file: str, tok: Token) -> Span:

@@ -113,6 +113,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
         n = ctx.errors
         RuleChecker(ctx, r).run()
         _check_cleanup(ctx, r)
+        _check_self_feeding(ctx, r)
         if ctx.errors > n:
             broken.add(id(r))
     tests: dict[str, ast.Test] = {}
@@ -234,6 +235,20 @@ def _matches_all(ctx: Context, rule: ast.Rule) -> bool:
         if sig is None or not (open_ or sig.inputs[0] == sig.inputs[1]):
             return False
     return True
+
+
+def _check_self_feeding(ctx: Context, rule: ast.Rule) -> None:
+    """A rewrite that matches every op of its root type and emits that type again never stops."""
+    if not rule.matches or any(isinstance(s, ast.Require) for s in rule.body):
+        return
+    roots = set(rule.matches[0].pattern.op_types)
+    again = [i for i in rule.emits if isinstance(i, ast.EmitOp) and i.op in roots]
+    if again and _matches_all(ctx, rule):
+        item = again[0]
+        ctx.report(error(f"rule `{rule.name}` matches every {item.op} and emits {item.op} again: it would rewrite "
+                         f"its own output forever", span=ctx.locate.find(item.span, item.op),
+                         hint="constrain the match (a `require`, an attribute or a value type) so the emitted op "
+                              "no longer matches", code="self-feeding"))
 
 
 def _check_cleanup(ctx: Context, rule: ast.Rule) -> None:

@@ -94,6 +94,9 @@ def suggest_name(name: str, candidates: Iterable[str]) -> str | None:
     """The candidate `did_you_mean` would offer, preferring the earliest among equally
     close ones (declaration order: `transpose_in0` before `transpose_in1`)."""
     pool = list(dict.fromkeys(candidates))
+    same = [c for c in pool if c.lower() == name.lower() and c != name]
+    if same:  # only the case differs (`mllm.Gelu` for `mllm.GELU`): that is the one meant
+        return same[0]
     close = difflib.get_close_matches(name, pool, n=len(pool) or 1, cutoff=0.6)
     if close:
         best = difflib.SequenceMatcher(None, name, close[0]).ratio()

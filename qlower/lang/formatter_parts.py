@@ -94,7 +94,9 @@ def _prec(e: ast.Expr) -> int:
 
 
 def _is_negative(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.copysign(1, v) < 0
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return v < 0 if isinstance(v, int) else math.copysign(1, v) < 0
 
 
 def format_expr(e: ast.Expr, min_prec: int = _COND) -> str:

@@ -104,7 +104,9 @@ class _Load:
         return next((roots[d] for d in f.parents if d in roots), "")
 
     def path(self, p: Path, span: Span | None = None, direct: bool = False) -> None:
-        if p.is_dir():
+        if p.resolve() in self.overlay:  # an editor's buffer or a string of rules: no file needed
+            self.file(p, direct)
+        elif p.is_dir():
             self.folder(p, span, direct)
         elif p.is_file():
             self.file(p, direct)
@@ -201,6 +203,18 @@ def resolve_pack(target: str, packs: Mapping[str, Path], packs_dir: Path) -> Pat
     return None
 
 
+def _import_hint(d: Diagnostic, load: _Load) -> Diagnostic:
+    """An unknown op of a dialect some rule pack declares, when that pack was not imported: say so."""
+    if d.code != "unknown-op" or not d.message.startswith("unknown op `"):
+        return d
+    dialect = d.message[len("unknown op `"):].split(".", 1)[0]
+    loaded = {m.namespace for m in load.modules}
+    if dialect in loaded or resolve_pack(dialect, load.packs, load.packs_dir) is None:
+        return d
+    return attrs.evolve(d, hint=f"`{dialect}.*` ops are declared by the `{dialect}` rule pack: add `import "
+                                f"{dialect}` (its rules too) or `import {dialect}.ops` (its declarations only)")
+
+
 def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions: FunctionTable | None,
          packs_dir: Path | None, packs: Mapping[str, Path] | None = None,
          overlay: Mapping[Path, str] | None = None, parse_cache: MutableMapping | None = None,
@@ -220,6 +234,7 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
                   focus=None if focus is None else {str(f) for f in focus})
     if load.syntax_errors:
         found = [d for d in found if d.code not in _NEEDS_ALL_FILES]
+    found = [_import_hint(d, load) for d in found]
     # Warnings and notes about files only reached through an import (a pack's rule that a user's rule
     # shadows) are the pack's business, not the caller's; errors there still block loading.
     load.diagnostics.extend(d for d in found if d.is_error or d.span is None or d.span.file in load.direct)
@@ -257,9 +272,10 @@ def inspect_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | Non
 
 def load_rules(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,
                functions: FunctionTable | None = None, packs_dir: Path | None = None,
-               packs: Mapping[str, Path] | None = None) -> RuleSet:
-    """Load, parse and check rule files/folders; raises QlowerError with all errors (and warnings)."""
-    load = _run(paths, registry, functions, packs_dir, packs)
+               packs: Mapping[str, Path] | None = None, overlay: Mapping[Path, str] | None = None) -> RuleSet:
+    """Load, parse and check rule files/folders; raises QlowerError with all errors (and warnings).
+    `overlay` holds texts that stand in for files (by resolved path)."""
+    load = _run(paths, registry, functions, packs_dir, packs, overlay)
     if any(d.is_error for d in load.diagnostics):
         raise QlowerError(load.diagnostics)
     mods = tuple(load.modules)

@@ -189,10 +189,12 @@ class Engine:
             recent.append(name)
             if applied > budget:
                 names = sorted(set(recent))
+                by_name = {r.name: r for r in index.rules}
                 out.diagnostics.append(error(
                     f"{what} did not converge after {applied} applications; rules still firing: "
                     f"{', '.join(names)}", code="no-fixpoint",
-                    hint="two rules probably undo each other, or a rule re-matches its own output"))
+                    hint="two rules probably undo each other, or a rule re-matches its own output",
+                    notes=[Note(f"rule {n} is here", by_name[n].rule.span) for n in names if n in by_name]))
                 return
             # revisit what the rewrite touched: the new ops and the consumers of their results
             touched = list(new_ops)

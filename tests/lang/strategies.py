@@ -49,7 +49,7 @@ def _tuples(elements, min_size: int = 0, max_size: int = 3):
 # ---------------------------------------------------------------- expressions
 
 literals = st.one_of(
-    st.integers(0, 10**20), nonneg_floats, texts, st.booleans(), st.none(),
+    st.integers(0, 2**64 - 1), nonneg_floats, texts, st.booleans(), st.none(),
 ).map(ast.Literal)
 _BINOPS = ["or", "and", "==", "!=", "<", "<=", ">", ">=", "in", "not in", "++", "+", "-", "*", "/", "//", "%"]
 

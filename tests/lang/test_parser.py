@@ -409,7 +409,7 @@ def test_bad_literals_are_located_errors() -> None:
     d = syntax_error('rule r {\n  let s = "bad \\q escape"\n}')
     assert (d.span.line, d.span.column) == (2, 11) and "string" in d.message
     d = syntax_error("rule r { let n = " + "9" * 5000 + " }")
-    assert "too long" in d.message
+    assert "too large" in d.message
     d = syntax_error("rule r { let n = " + "-" * 5000 + "1 }")
     assert "nested too deeply" in d.message
 

@@ -23,7 +23,7 @@ def test_a_cleanup_rule_cannot_emit_source_ops(tmp_path):
 
 
 def test_a_rule_roots_at_qnn_ops_or_at_none(tmp_path):
-    text = "op m.Neg(x) -> y\n\nrule r {\n  match y = qnn.Relu | m.Neg(x)\n  emit y = qnn.Relu(x)\n}\n"
+    text = "op m.Neg(x) -> y\n\nrule r {\n  match y = qnn.Relu | m.Neg(x)\n  emit y = qnn.Sigmoid(x)\n}\n"
     assert _errors(tmp_path, text) == ["mixed-root"]
 
 
