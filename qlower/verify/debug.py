@@ -8,7 +8,8 @@ the source op's reference kernel on those same inputs: the *local* error, which
 does not accumulate. The *cumulative* error of the same tensors comes from one
 run of the whole lowered graph. A row whose local error is beyond tolerance is
 a wrong lowering (`wrong`); one that is locally right but cumulatively beyond
-tolerance is accumulated precision loss (`drift`).
+tolerance is accumulated precision loss (`drift`), or, downstream of a wrong
+one, error it only passes on (`inherited`).
 
 Source ops that a multi-op rule fused into another op's rule (or that lowered
 to nothing, e.g. an identity) are checked as part of the op that absorbed them
@@ -30,7 +31,7 @@ JSON shape (`DebugReport.to_json()`, format "qlower-debug/1"):
         "group": str,                     # the source op whose QNN ops compute this one
         "qnn_ops": [str],                 # names of those QNN ops (on the group's row)
         "local": TensorCheck | null, "cumulative": TensorCheck | null,
-        "verdict": "ok" | "wrong" | "drift" | "fused" | "unchecked",
+        "verdict": "ok" | "wrong" | "drift" | "inherited" | "fused" | "unchecked",
         "note": str | null}]}
     TensorCheck = {"tensor": str, "error": f, "peak": f, "bound": f, "ok": bool,
                    "relative": f,             # error / peak (error if peak is 0)
@@ -57,7 +58,7 @@ from qlower.reference.spec import KernelError, OutSpec
 from qlower.verify.tolerance import Tolerance, TolerancePolicy, is_float16_graph
 
 FORMAT = "qlower-debug/1"
-OK, WRONG, DRIFT, FUSED, UNCHECKED = "ok", "wrong", "drift", "fused", "unchecked"
+OK, WRONG, DRIFT, INHERITED, FUSED, UNCHECKED = "ok", "wrong", "drift", "inherited", "fused", "unchecked"
 
 
 def _num(x: float) -> float | str:
@@ -198,7 +199,7 @@ class DebugReport:
         head = ("source op", "type", "rule (location)", "local", "cumulative", "tolerance", "verdict")
         rows = [head]
         for r in self.ops:
-            rule = f"{r.rule} ({r.location})" if r.rule else "—"
+            rule = f"{r.rule} ({_short(r.location)})" if r.rule else "—"
             if r.verdict == FUSED:
                 rule = f"(in {r.group})"
             tol = (r.local or r.cumulative).tolerance.describe() if (r.local or r.cumulative) else "—"
@@ -213,6 +214,14 @@ class DebugReport:
                 "passed": self.passed, "diagnosis": self.diagnosis, "culprit": c.node if c else None,
                 "summary": self.summary(), "policy": self.policy.to_json(),
                 "outputs": [o.to_json() for o in self.outputs], "ops": [r.to_json() for r in self.ops]}
+
+
+def _short(location: str | None) -> str:
+    """`file.qpat:line` of a rule location `path/file.qpat:line:col`, for the table."""
+    if not location:
+        return "?"
+    parts = location.replace("\\", "/").rsplit("/", 1)[-1].split(":")
+    return ":".join(parts[:2])
 
 
 def _cell(c: TensorCheck | None) -> str:
@@ -483,27 +492,34 @@ def _localise(source: Graph, qnn: QnnGraph, provenance, ref, feed, kernels, tol,
         results[g] = (_worst(checks), None if checks else "no source tensor among its outputs")
 
     rows = []
+    tainted: set[str] = set()  # source ops downstream of a wrong lowering
     for op in order:
         g = owner.get(op.name)
         cum = _worst([c for c in (cumulative(r.name) for r in op.results) if c is not None])
         if g is None:
             rows.append(OpCheck(op.name, op.type, None, None, op.name, (), None, cum, UNCHECKED,
                                 "no lowered op computes it"))
+            if op.name in tainted:
+                tainted.update(u.name for r in op.results for u, _ in r.users)
             continue
         prov = low.rule_of.get(g)
         local, note = results.get(g, (None, "no lowered ops"))
         if g != op.name:
             rows.append(OpCheck(op.name, op.type, prov.rule if prov else None, prov.location if prov else None,
                                 g, (), None, cum, FUSED, f"computed by the lowering of {g}"))
+            if op.name in tainted:
+                tainted.update(u.name for r in op.results for u, _ in r.users)
             continue
         if local is None:
             verdict = UNCHECKED
         elif not local.ok:
             verdict = WRONG
         elif cum is not None and not cum.ok:
-            verdict = DRIFT
+            verdict = INHERITED if op.name in tainted else DRIFT
         else:
             verdict = OK
+        if verdict == WRONG or op.name in tainted:
+            tainted.update(u.name for r in op.results for u, _ in r.users)
         rows.append(OpCheck(op.name, op.type, prov.rule if prov else None, prov.location if prov else None, g,
                             tuple(o.name for o in low.groups.get(g, ())), local, cum, verdict, note))
     return rows
