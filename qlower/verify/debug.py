@@ -368,8 +368,10 @@ def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], 
     feed = {n: inputs[n] for n in qnn.inputs if n in inputs}
     cum = run(qnn, feed, keep_all=True)
 
+    origin = quantized_origins(qnn)
+
     def tol(name: str) -> Tolerance:
-        return policy.for_tensor(tensors[name], float16_graph=f16)
+        return policy.for_tensor(tensors[name], float16_graph=f16, quantized_origin=origin.get(name))
 
     def cumulative(name: str) -> TensorCheck | None:
         t = tensors.get(name)
@@ -388,6 +390,32 @@ def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], 
     if localise:
         rows = tuple(_localise(source, qnn, provenance, ref, feed, kernels, tol, cumulative))
     return DebugReport(qnn.name, backend, precision, policy, outputs, rows)
+
+
+def quantized_origins(qnn: QnnGraph) -> dict[str, QnnTensor]:
+    """For each float tensor computed from quantized activations (a Dequantize's output and what
+    follows it), the coarsest quantized tensor it derives from: its error is that encoding's."""
+    tensors = qnn.tensors
+    origin: dict[str, QnnTensor] = {}
+
+    def scale(t: QnnTensor) -> float:
+        return max(map(abs, t.encoding.scales), default=0.0)
+
+    for op in qnn.ops:
+        best = None
+        for i in op.inputs:
+            t = tensors.get(i) if i else None
+            if t is None or t.type == TensorType.STATIC:
+                continue
+            cand = t if t.datatype.is_fixed_point and t.encoding is not None else origin.get(i)
+            if cand is not None and (best is None or scale(cand) > scale(best)):
+                best = cand
+        if best is not None:
+            for o in op.outputs:
+                t = tensors.get(o)
+                if t is not None and not t.datatype.is_fixed_point:
+                    origin[o] = best
+    return origin
 
 
 def _worst(checks: Sequence[TensorCheck]) -> TensorCheck | None:
@@ -480,8 +508,8 @@ def _localise(source: Graph, qnn: QnnGraph, provenance, ref, feed, kernels, tol,
         for op in src_ops:
             for v in op.operands:
                 if v is not None and v.name not in inside and v.data is None:
-                    want_shape = ref[v.name].shape
-                    boundary[v.name] = _fit(seen[v.name], want_shape) if v.name in seen else ref[v.name]
+                    want = ref[v.name]  # the lowered graph's view of it, in the source's dtype
+                    boundary[v.name] = _fit(seen[v.name], want.shape).astype(want.dtype) if v.name in seen else want
         try:
             local_ref = run_source(source, {}, kernels, src_ops, boundary)
         except QlowerError as exc:

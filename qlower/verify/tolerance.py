@@ -12,6 +12,9 @@ defaults:
                                     1024 for 16 bits)
   exact      0                      integer and boolean tensors without an encoding
 
+A float tensor computed from quantized activations (a Dequantize's output, and
+float ops after it) is judged in steps of the coarsest encoding it derives from.
+
 `--atol`/`--rtol` replace the float defaults, `--steps` the quantized one.
 The same bound serves the per-op (local) and the whole-graph (cumulative) check,
 so "locally within, cumulatively beyond" means accumulated drift.
@@ -60,10 +63,15 @@ class TolerancePolicy:
     rtol: float | None = None
     steps: float | None = None
 
-    def for_tensor(self, tensor: QnnTensor, *, float16_graph: bool) -> Tolerance:
-        """The bound for a lowered tensor; float32 tensors of a float16 graph (its I/O
-        behind casts) carry float16 computation and get the float16 bound."""
+    def for_tensor(self, tensor: QnnTensor, *, float16_graph: bool,
+                   quantized_origin: QnnTensor | None = None) -> Tolerance:
+        """The bound for a lowered tensor. Float32 tensors of a float16 graph (its I/O behind
+        casts) carry float16 computation and get the float16 bound; float tensors computed
+        from quantized activations (`quantized_origin`, e.g. a Dequantize's input) get the
+        bound of that encoding."""
         enc = tensor.encoding
+        if not (tensor.datatype.is_fixed_point and enc is not None and enc.scales) and quantized_origin is not None:
+            tensor, enc = quantized_origin, quantized_origin.encoding
         if tensor.datatype.is_fixed_point and enc is not None and enc.scales:
             bits = enc.bitwidth or tensor.datatype.bitwidth
             steps = self.steps if self.steps is not None else 4.0 * 2.0 ** (bits - 8)

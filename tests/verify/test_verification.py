@@ -1,0 +1,216 @@
+"""Verification that gates and localises: a correct lowering passes, a wrong rule among
+correct ones is named with its node, accumulated float16 error is labelled drift."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import qlower
+from qlower import Graph
+from qlower.cli.main import main
+from qlower.verify.tolerance import TolerancePolicy
+
+PACK = Path(__file__).resolve().parents[2] / "patterns" / "mllm"
+
+# GELU, tanh approximation: HALF · x · (1 + tanh(√(2/π)·(x + 0.044715·x³))); HALF is 0.5 when right.
+GELU_TANH = """\
+# GELU, tanh approximation, decomposed into elementwise QNN ops.
+rule gelu_tanh {
+  match y = mllm.GELU(x) { approximate: "tanh" }
+  emit {
+    c = tensor(full([1], 0.044715, f32)) : dtype dtype(x)
+    k = tensor(full([1], 0.7978845608, f32)) : dtype dtype(x)
+    one = tensor(full([1], 1.0, f32)) : dtype dtype(x)
+    h = tensor(full([1], HALF, f32)) : dtype dtype(x)
+    x2 = qnn.ElementWiseMultiply(x, x)
+    x3 = qnn.ElementWiseMultiply(x2, x)
+    a = qnn.ElementWiseMultiply(x3, c)
+    b = qnn.ElementWiseAdd(x, a)
+    t = qnn.ElementWiseMultiply(b, k)
+    u = qnn.Tanh(t)
+    v = qnn.ElementWiseAdd(u, one)
+    w = qnn.ElementWiseMultiply(x, v)
+    y = qnn.ElementWiseMultiply(w, h)
+  }
+}
+"""
+
+
+@functools.cache
+def _pack_with_gelu(root: Path, half: str) -> qlower.Rules:
+    """The shipped mllm pack plus one rule file: GELU(tanh) with the given constant."""
+    dst = root / f"mllm_{half}"
+    if not dst.exists():
+        shutil.copytree(PACK, dst)
+        (dst / "gelu_tanh.qpat").write_text(GELU_TANH.replace("HALF", half))
+    return qlower.load_rules([dst])
+
+
+@pytest.fixture(scope="module")
+def pack_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("packs")
+
+
+def mlp_graph() -> Graph:
+    """x → MatMul(W) → GELU(tanh) → Mul(scale) → Add(x) → Softmax: a small MLP block."""
+    rng = np.random.default_rng(7)
+    g = Graph("mlp")
+    x = g.add_value("x", "float32", [2, 8, 16])
+    w = g.add_value("w", "float32", [16, 16], data=(rng.standard_normal((16, 16)) * 0.3).astype(np.float32))
+    s = g.add_value("s", "float32", [1], data=np.array([0.7], np.float32))
+    h, a, m, r, y = (g.add_value(n, "float32", [2, 8, 16]) for n in ("h", "a", "m", "r", "y"))
+    g.add_op("fc", "mllm.MatMul", [x, w], [h], {"transpose_a": False, "transpose_b": False})
+    g.add_op("act", "mllm.GELU", [h], [a], {"approximate": "tanh"})
+    g.add_op("scale", "mllm.Mul", [a, s], [m])
+    g.add_op("residual", "mllm.Add", [m, x], [r])
+    g.add_op("softmax", "mllm.Softmax", [r], [y], {"dim": -1})
+    g.set_io([x], [y])
+    return g
+
+
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_correct_lowering_passes(pack_root: Path, backend: str) -> None:
+    rules = _pack_with_gelu(pack_root, "0.5")
+    result = qlower.lower(mlp_graph(), rules, backend, verify=True)
+    result.raise_for_errors()
+    v = result.verification
+    assert v.passed and v.diagnosis == "pass" and v.culprit is None
+    assert v.report.precision == ("float16" if backend == "htp" else "float32")
+    # the per-op table on demand: every source op, each locally right
+    report = qlower.api.verify(mlp_graph(), result, rules, localise=True).report
+    assert [r.node for r in report.ops] == ["fc", "act", "scale", "residual", "softmax"]
+    assert all(r.verdict == "ok" for r in report.ops), report.table()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_wrong_rule_is_named(pack_root: Path, backend: str) -> None:
+    rules = _pack_with_gelu(pack_root, "0.05")
+    result = qlower.lower(mlp_graph(), rules, backend, verify=True)
+    result.raise_for_errors()
+    v = result.verification
+    print(v.summary())
+    assert not v.passed and v.diagnosis == "wrong-rule"
+    culprit = v.culprit
+    assert culprit.node == "act" and culprit.rule == "gelu_tanh"
+    assert culprit.location.endswith("gelu_tanh.qpat:2:1")
+    assert culprit.local.worst is not None and not culprit.local.ok
+    w = culprit.local.worst
+    assert abs(w.lowered - w.reference) == pytest.approx(culprit.local.error)
+    # only that node is wrong; the ops it feeds are locally right (their error is inherited)
+    verdicts = {r.node: r.verdict for r in v.report.ops}
+    assert verdicts["fc"] == "ok" and verdicts["act"] == "wrong"
+    assert all(verdicts[n] in ("ok", "inherited") for n in ("scale", "residual", "softmax"))
+
+
+def chain_graph(depth: int) -> Graph:
+    """x · c · c · … (depth Muls) with c = 1.0004, which float16 stores as 1.0: each op is off by
+    0.04%, the chain by 1.0004^depth − 1."""
+    g = Graph("chain")
+    x = g.add_value("x", "float32", [4, 32])
+    c = g.add_value("c", "float32", [1], data=np.array([1.0004], np.float32))
+    prev = x
+    for i in range(depth):
+        nxt = g.add_value(f"t{i}", "float32", [4, 32])
+        g.add_op(f"mul{i}", "mllm.Mul", [prev, c], [nxt])
+        prev = nxt
+    g.set_io([x], [prev])
+    return g
+
+
+@functools.cache
+def _mllm() -> qlower.Rules:
+    return qlower.load_rules(packs=["mllm"])
+
+
+def test_float16_drift_is_labelled_drift() -> None:
+    result = qlower.lower(chain_graph(64), _mllm(), "htp", verify=True)
+    result.raise_for_errors()
+    v = result.verification
+    print(v.summary())
+    assert not v.passed and v.diagnosis == "drift" and v.culprit is None
+    rows = v.report.ops
+    assert all(r.local is not None and r.local.ok for r in rows)
+    first = v.report.first_drift
+    assert first is not None and first.verdict == "drift"
+    # drift starts where the accumulated error first crosses the bound, not at the first op
+    assert rows.index(first) > 0 and all(r.verdict == "ok" for r in rows[:rows.index(first)])
+    # the same chain in float32 is exact to float32's tolerance
+    assert qlower.lower(chain_graph(64), _mllm(), "cpu", verify=True).verification.passed
+
+
+def test_tolerance_overrides() -> None:
+    """A looser bound passes the drifting chain; a zero bound fails even the float32 chain."""
+    loose = qlower.lower(chain_graph(64), _mllm(), "htp", verify=True, tolerance=TolerancePolicy(rtol=0.05))
+    assert loose.verification.passed
+    strict = qlower.lower(chain_graph(8), _mllm(), "cpu", verify=True,
+                          inputs={"x": np.full((4, 32), 3.0, np.float32)},
+                          tolerance=TolerancePolicy(atol=0.0, rtol=0.0))
+    assert strict.verification.seed is None
+    assert strict.verification.passed == all(o.error == 0 for o in strict.verification.outputs)
+
+
+# ------------------------------------------------------------------ the command line
+
+def _write_model(tmp_path: Path) -> Path:
+    path = tmp_path / "mlp.json"
+    qlower.save_graph(mlp_graph(), path)
+    return path
+
+
+def test_cli_verify_gates_and_writes_nothing(pack_root: Path, tmp_path: Path, capsys) -> None:
+    _pack_with_gelu(pack_root, "0.05")
+    model = _write_model(tmp_path)
+    out = tmp_path / "out"
+    rc = main(["lower", str(model), "--backend", "htp", "--rules", str(pack_root / "mllm_0.05"),
+               "-o", str(out), "--verify"])
+    text = capsys.readouterr().out
+    print(text)
+    assert rc == 1
+    assert "wrong lowering: node act (mllm.GELU), rule gelu_tanh at" in text
+    assert "no artifacts written" in text
+    assert not out.exists() or not any(out.iterdir())
+    rc = main(["lower", str(model), "--backend", "htp", "--rules", str(pack_root / "mllm_0.05"),
+               "-o", str(out), "--verify", "--keep-artifacts"])
+    text = capsys.readouterr().out
+    assert rc == 1 and "artifacts written although verification failed" in text
+    assert sorted(p.name for p in out.iterdir()) == ["mlp.bin", "mlp.cpp", "mlp_net.json"]
+
+
+def test_cli_verify_passes_with_a_right_rule(pack_root: Path, tmp_path: Path, capsys) -> None:
+    _pack_with_gelu(pack_root, "0.5")
+    model = _write_model(tmp_path)
+    rc = main(["lower", str(model), "--backend", "htp", "--rules", str(pack_root / "mllm_0.5"),
+               "-o", str(tmp_path / "out"), "--verify"])
+    assert rc == 0 and "verification passed" in capsys.readouterr().out
+
+
+def test_cli_debug_table_and_json(pack_root: Path, tmp_path: Path, capsys) -> None:
+    _pack_with_gelu(pack_root, "0.05")
+    model = _write_model(tmp_path)
+    inputs = tmp_path / "in.npz"
+    np.savez(inputs, x=np.random.default_rng(3).standard_normal((2, 8, 16)).astype(np.float32))
+    report = tmp_path / "debug.json"
+    rc = main(["debug", str(model), "--backend", "cpu", "--rules", str(pack_root / "mllm_0.05"),
+               "--inputs", str(inputs), "--json", str(report)])
+    text = capsys.readouterr().out
+    print(text)
+    assert rc == 1
+    header = text.splitlines()[1].split()
+    assert header[:3] == ["source", "op", "type"] and header[-1] == "verdict"
+    doc = json.loads(report.read_text())
+    assert doc["format"] == "qlower-debug/1" and doc["culprit"] == "act" and doc["diagnosis"] == "wrong-rule"
+    row = next(r for r in doc["ops"] if r["node"] == "act")
+    assert row["verdict"] == "wrong" and row["rule"] == "gelu_tanh" and len(row["qnn_ops"]) == 9
+    assert set(row["local"]) >= {"tensor", "error", "peak", "bound", "ok", "tolerance", "worst"}
+
+
+def test_cli_tolerance_flags_are_usage_errors(tmp_path: Path, capsys) -> None:
+    model = _write_model(tmp_path)
+    assert main(["debug", str(model), "--atol", "-1"]) == 2
+    assert main(["lower", str(model), "--verify", "--steps", "many"]) == 2
