@@ -214,3 +214,101 @@ def test_cli_tolerance_flags_are_usage_errors(tmp_path: Path, capsys) -> None:
     model = _write_model(tmp_path)
     assert main(["debug", str(model), "--atol", "-1"]) == 2
     assert main(["lower", str(model), "--verify", "--steps", "many"]) == 2
+
+
+# ------------------------------------------------------------------ every frontend
+
+def _onnx_gelu_mlp():
+    """MatMul, then GELU spelled out as exporters write it (Div, Erf, Add, Mul, Mul): one rule fuses
+    the five nodes into qnn.Gelu, so four rows are `fused` into the last Mul's."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+
+    def const(name, v):
+        return numpy_helper.from_array(np.asarray(v, np.float32), name)
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Div", ["h", "sqrt2"], ["d"]),
+             helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["e", "one"], ["a"]),
+             helper.make_node("Mul", ["h", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
+    graph = helper.make_graph(nodes, "gelu_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+                              [const("w", rng.standard_normal((16, 16)) * 0.5), const("sqrt2", 1.4142135),
+                               const("one", 1.0), const("half", 0.5)])
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_onnx_fused_pattern_is_checked_as_one(backend: str) -> None:
+    from qlower.frontends.onnx_frontend import load_onnx
+
+    model = _onnx_gelu_mlp()
+    rules = _pack("onnx")
+    result = qlower.lower(load_onnx(model), rules, backend)
+    result.raise_for_errors()
+    report = qlower.api.verify(load_onnx(model), result, rules, localise=True).report
+    assert report.passed, report.table()
+    rows = {r.op.split(".")[1] + ("" if r.verdict == "fused" else "*"): r for r in report.ops}
+    root = next(r for r in report.ops if r.verdict != "fused" and r.op == "onnx.Mul")
+    assert root.rule == "onnx_gelu" and root.verdict == "ok" and root.local is not None
+    fused = [r for r in report.ops if r.verdict == "fused"]
+    assert {r.op for r in fused} == {"onnx.Div", "onnx.Erf", "onnx.Add", "onnx.Mul"} and len(rows) >= 3
+    assert all(r.group == root.node for r in fused)
+
+
+def test_onnx_qdq_graph_is_judged_in_quantization_steps() -> None:
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qlower.frontends.onnx_frontend import load_onnx
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8), "w_q"),
+             numpy_helper.from_array((rng.random(4) * 0.01 + 0.002).astype(np.float32), "w_s"),
+             numpy_helper.from_array(np.zeros(4, np.int8), "w_z"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "xs"),
+             numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "cs"),
+             numpy_helper.from_array(np.array(120, np.uint8), "cz")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["x_q"]),
+             helper.make_node("DequantizeLinear", ["x_q", "xs", "xz"], ["x_dq"]),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w_dq"], axis=0),
+             helper.make_node("Conv", ["x_dq", "w_dq"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "cs", "cz"], ["c_q"]),
+             helper.make_node("DequantizeLinear", ["c_q", "cs", "cz"], ["y"])]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    rules = _pack("onnx")
+    v = qlower.lower(load_onnx(model), rules, "htp", verify=True).verification
+    # the float output of the final Dequantize is judged in steps of the encoding it comes from
+    assert v.report.precision == "quantized" and v.outputs[0].tolerance.scale == pytest.approx(0.05)
+    assert v.passed, v.summary()
+
+
+@functools.cache
+def _pack(name: str) -> qlower.Rules:
+    return qlower.load_rules(packs=[name])
+
+
+@pytest.fixture(scope="module")
+def torch_mlp():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16),
+                                torch.nn.LayerNorm(16)).eval()
+    return torch.export.export(model, (torch.randn(2, 5, 16),))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_torch_export_graph_verifies(torch_mlp, backend: str) -> None:
+    from qlower.frontends.torch_frontend import load_exported
+
+    ep = torch_mlp
+    rules = _pack("aten")
+    result = qlower.lower(load_exported(ep), rules, backend)
+    result.raise_for_errors()
+    report = qlower.api.verify(load_exported(ep), result, rules, localise=True).report
+    assert report.passed and report.culprit is None, report.table()
+    assert all(r.verdict in ("ok", "fused") for r in report.ops), report.table()
