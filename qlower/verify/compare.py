@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph
 from qlower.qnn.model import QnnGraph
 from qlower.verify.debug import DebugReport, OpCheck, TensorCheck, analyse
@@ -53,8 +54,6 @@ class Verification:
 
 def read_inputs(path: str | Path) -> dict[str, np.ndarray]:
     """Inputs from an .npz keyed by graph input name."""
-    from qlower.diagnostics import QlowerError, error
-
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}

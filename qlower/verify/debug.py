@@ -52,8 +52,10 @@ import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph, Op, Provenance
+from qlower.qnn.convert import encoding_of
 from qlower.qnn.model import QnnGraph, QnnTensor, TensorType
 from qlower.reference.interpreter import decode_value, encode_value, graph_inputs, run
+from qlower.reference.quant import dequantize
 from qlower.reference.spec import KernelError, OutSpec
 from qlower.verify.tolerance import Tolerance, TolerancePolicy, is_float16_graph
 
@@ -265,9 +267,6 @@ def run_source(graph: Graph, inputs: Mapping[str, np.ndarray],
     `env` holds values already known (graph inputs, boundary operands); constants
     are read from the graph (dequantized), as `qlower.reference.source` does.
     """
-    from qlower.qnn.convert import encoding_of
-    from qlower.reference.quant import dequantize
-
     vals: dict[str, np.ndarray] = dict(env or {})
     vals.update(inputs)
 
@@ -350,9 +349,6 @@ def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], 
     `inputs` are the lowered graph's inputs in stored form (quantized integers for
     quantized inputs); `provenance` maps QNN op names to the rule that emitted them.
     """
-    from qlower.qnn.convert import encoding_of
-    from qlower.reference.quant import dequantize
-
     policy = policy or TolerancePolicy()
     f16 = is_float16_graph(qnn.tensors.values())
     tensors = qnn.tensors

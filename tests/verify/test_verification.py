@@ -312,3 +312,18 @@ def test_torch_export_graph_verifies(torch_mlp, backend: str) -> None:
     report = qlower.api.verify(load_exported(ep), result, rules, localise=True).report
     assert report.passed and report.culprit is None, report.table()
     assert all(r.verdict in ("ok", "fused") for r in report.ops), report.table()
+
+
+def test_verify_imports_only_downward() -> None:
+    """The comparison modules sit below frontends, api and cli (issue 17's layering): no import of
+    them, at any level. (verify/runner.py, the `qlower test` driver, still loads rules through api.)"""
+    import ast
+
+    root = Path(__file__).resolve().parents[2] / "qlower" / "verify"
+    for path in (root / "compare.py", root / "debug.py", root / "tolerance.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith(("qlower.cli", "qlower.api", "qlower.frontends", "qlower.plugins")), \
+                    f"{path.name} imports {name}"
