@@ -174,14 +174,11 @@ def _snapshot(graph):
 def _verify(args: argparse.Namespace, source, result, rules, localise: bool | None):
     """The Verification of `lower --verify` and `debug`, with the tolerance and input flags."""
     from qlower.api import verify
-    from qlower.verify.compare import example_inputs, read_inputs
+    from qlower.verify.compare import inputs_next_to, read_inputs
     from qlower.verify.tolerance import TolerancePolicy
 
-    if args.inputs is not None:
-        inputs = read_inputs(args.inputs)
-    else:
-        inputs = example_inputs(source, args.model, seed=args.seed)
-    return verify(source, result, rules, inputs=inputs, localise=localise,
+    inputs = read_inputs(args.inputs) if args.inputs is not None else inputs_next_to(args.model)
+    return verify(source, result, rules, inputs=inputs, seed=args.seed, localise=localise,
                   tolerance=TolerancePolicy(args.atol, args.rtol, args.steps))
 
 

@@ -63,12 +63,15 @@ def read_inputs(path: str | Path) -> dict[str, np.ndarray]:
 
 def example_inputs(graph: Graph, model_path: str | Path | None = None, seed: int = 0) -> dict[str, np.ndarray]:
     """Stored-form inputs: `<model>_inputs.npz` next to the model if there is one, else seeded random."""
-    if model_path is not None:
-        p = Path(model_path)
-        cand = p.with_name(p.stem + "_inputs.npz")
-        if cand.exists():
-            return read_inputs(cand)
-    return random_inputs(graph, seed)
+    found = inputs_next_to(model_path) if model_path is not None else None
+    return found if found is not None else random_inputs(graph, seed)
+
+
+def inputs_next_to(model_path: str | Path) -> dict[str, np.ndarray] | None:
+    """The example inputs `<model>_inputs.npz` stored next to a model, if there are any."""
+    p = Path(model_path)
+    cand = p.with_name(p.stem + "_inputs.npz")
+    return read_inputs(cand) if cand.exists() else None
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:

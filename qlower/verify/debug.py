@@ -50,7 +50,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from qlower.diagnostics import QlowerError, error
+from qlower.diagnostics import QlowerError, did_you_mean, error
 from qlower.graph.core import Graph, Op, Provenance
 from qlower.qnn.convert import encoding_of
 from qlower.qnn.model import QnnGraph, QnnTensor, TensorType
@@ -352,6 +352,11 @@ def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], 
     policy = policy or TolerancePolicy()
     f16 = is_float16_graph(qnn.tensors.values())
     tensors = qnn.tensors
+    names = [v.name for v in source.inputs]
+    unknown = sorted(set(inputs) - set(names))
+    if unknown:
+        raise QlowerError(error(f"`{unknown[0]}` is not an input of graph `{source.name}`", code="unknown-input",
+                                hint=did_you_mean(unknown[0], names) or f"inputs are: {', '.join(names)}"))
     real_in = {}
     for v in source.inputs:
         if v.name not in inputs:
@@ -362,7 +367,7 @@ def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], 
                            if v.quant is not None and arr.dtype.kind in "iu" else arr)
     ref = run_source(source, real_in, kernels)
     feed = {n: inputs[n] for n in qnn.inputs if n in inputs}
-    cum = run(qnn, feed, keep_all=True)
+    cum = run(qnn, feed, keep_all=localise)  # every tensor only when the per-op view needs it
 
     origin = quantized_origins(qnn)
 

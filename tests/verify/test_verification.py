@@ -327,3 +327,15 @@ def test_verify_imports_only_downward() -> None:
             for name in names:
                 assert not name.startswith(("qlower.cli", "qlower.api", "qlower.frontends", "qlower.plugins")), \
                     f"{path.name} imports {name}"
+
+
+def test_cli_bad_inputs_are_clear_errors(tmp_path: Path, capsys) -> None:
+    model = tmp_path / "chain.json"
+    qlower.save_graph(chain_graph(2), model)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, xx=np.zeros((4, 32), np.float32))
+    assert main(["debug", str(model), "--backend", "cpu", "--inputs", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "`xx` is not an input of graph `chain`" in err and "did you mean" in err
+    assert main(["debug", str(model), "--backend", "cpu", "--inputs", str(tmp_path / "none.npz")]) == 1
+    assert "cannot read inputs" in capsys.readouterr().err
