@@ -217,11 +217,13 @@ def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[st
 
     if result.qnn is None:
         raise QlowerError(error("nothing to verify: the graph was not lowered", code="verify"))
+    t = time.perf_counter()
     used_seed = None if inputs is not None else seed
     feed = dict(inputs) if inputs is not None else random_inputs(source, seed)
     result.verification = verify_lowering(source, result.graph, result.qnn, rules.kernels, feed,
                                           backend=result.backend, policy=tolerance, localise=localise,
                                           seed=used_seed)
+    result.timings["verify"] = time.perf_counter() - t
     return result.verification
 
 

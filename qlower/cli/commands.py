@@ -156,6 +156,8 @@ def lower(args: argparse.Namespace) -> int:
         report = {"model": args.model, "backend": args.backend, "ops_in": result.ops_in,
                   "qnn_ops": result.qnn_op_counts(), "coverage": result.coverage_json(),
                   "ok": result.ok}
+        if verification is not None:
+            report["verification"] = verification.to_json()
         if args.report != "-":
             _write_json_atomic(Path(args.report), report)
     if failed_verification:
