@@ -116,6 +116,8 @@ class LowerResult:
     timings: dict[str, float]
     ops_in: int
     sources: SourceCache | None = None
+    # set by `lower(..., verify=True)` or `verify`: a qlower.verify.compare.Verification
+    verification: Any = None
 
     @property
     def ok(self) -> bool:
@@ -162,16 +164,26 @@ def _no_gc() -> Iterator[None]:
 
 
 def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = True,
-          float16: bool | None = None, allow_partial: bool = False, inplace: bool = True) -> LowerResult:
+          float16: bool | None = None, allow_partial: bool = False, inplace: bool = True, verify: bool = False,
+          inputs: Mapping[str, Any] | None = None, tolerance: Any = None, seed: int = 0) -> LowerResult:
     """Rewrite `graph` until it is in the qnn dialect, then convert and validate.
 
     `float16` (default: on for HTP) runs HTP's float path in FLOAT_16, keeping
     float32 graph inputs/outputs behind Cast ops. `inplace=False` lowers a copy
     (`result.graph`) and leaves `graph` as it was, e.g. to lower one graph for
-    several backends.
+    several backends. `verify` keeps a copy of the source graph and sets
+    `result.verification` (see `verify`).
     """
     if not inplace:
         graph = graph.copy()
+    if verify:
+        from qlower.verify.compare import snapshot
+
+        source = snapshot(graph)
+        result = lower(graph, rules, backend, validate=validate, float16=float16, allow_partial=allow_partial)
+        if result.ok:
+            _verify(source, result, rules, inputs, tolerance, seed, None)
+        return result
     from qlower.qnn.convert import to_qnn
     from qlower.qnn.precision import to_float16
     from qlower.qnn.validate import validate_graph
@@ -209,3 +221,55 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
                 diags.extend(validate_graph(qg, rules.registry, backend))
         timings["validate"] = time.perf_counter() - t1
     return LowerResult(graph, qg, backend, diags, outcome.coverage, timings, ops_in, rules.sources)
+
+
+def verify(source: Graph, result: LowerResult, rules: Rules, *, inputs: Mapping[str, Any] | None = None,
+           tolerance: Any = None, seed: int = 0, localise: bool | None = None) -> Any:
+    """Judge a lowering against the source semantics; sets and returns `result.verification`.
+
+    `source` is the graph as it was before `lower` (which rewrites in place).
+    `inputs` (stored form, by input name; default: seeded random) feed both graphs;
+    `tolerance` is a qlower.verify.tolerance.TolerancePolicy (default: per-precision
+    defaults). The Verification passes when every graph output is within tolerance;
+    when it fails (or with `localise=True`) its report names the first source op
+    whose lowering is wrong, or says the error is accumulated drift.
+    """
+    return _verify(source, result, rules, inputs, tolerance, seed, localise)
+
+
+def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[str, Any] | None, tolerance: Any,
+            seed: int, localise: bool | None) -> Any:
+    from qlower.verify.compare import random_inputs, verify_lowering
+
+    if result.qnn is None:
+        raise QlowerError(error("nothing to verify: the graph was not lowered", code="verify"))
+    t = time.perf_counter()
+    used_seed = None if inputs is not None else seed
+    feed = dict(inputs) if inputs is not None else random_inputs(source, seed)
+    result.verification = verify_lowering(source, result.graph, result.qnn, rules.kernels, feed,
+                                          backend=result.backend, policy=tolerance, localise=localise,
+                                          seed=used_seed)
+    result.timings["verify"] = time.perf_counter() - t
+    return result.verification
+
+
+def load_model(path: str | Path, frontend: str = "auto") -> Graph:
+    """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
+    from qlower.plugins import installed
+
+    p = Path(path)
+    if not p.exists():
+        raise QlowerError(error(f"no such file: {path}", code="io"))
+    frontends = installed().frontends
+    if frontend == "auto":
+        suffix = "".join(p.suffixes[-1:]).lower()
+        chosen = next((f for f in frontends.values() if suffix in f.suffixes), None)
+        if chosen is None:
+            raise QlowerError(error(f"no frontend reads {suffix or 'files without a suffix'}",
+                                    hint=f"pass --frontend, one of {', '.join(sorted(frontends))}", code="frontend"))
+    else:
+        chosen = frontends.get(frontend)
+        if chosen is None:
+            raise QlowerError(error(f"unknown frontend {frontend}",
+                                    hint=f"one of {', '.join(sorted(frontends))}", code="frontend"))
+    return chosen.load(p)

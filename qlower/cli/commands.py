@@ -96,24 +96,9 @@ def fmt(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- lower
 def load_model(path: str, frontend: str = "auto"):
     """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
-    from qlower.plugins import installed
+    from qlower.api import load_model as _load
 
-    p = Path(path)
-    if not p.exists():
-        raise QlowerError(error(f"no such file: {path}", code="io"))
-    frontends = installed().frontends
-    if frontend == "auto":
-        suffix = "".join(p.suffixes[-1:]).lower()
-        chosen = next((f for f in frontends.values() if suffix in f.suffixes), None)
-        if chosen is None:
-            raise QlowerError(error(f"no frontend reads {suffix or 'files without a suffix'}",
-                                    hint=f"pass --frontend, one of {', '.join(sorted(frontends))}", code="frontend"))
-    else:
-        chosen = frontends.get(frontend)
-        if chosen is None:
-            raise QlowerError(error(f"unknown frontend {frontend}",
-                                    hint=f"one of {', '.join(sorted(frontends))}", code="frontend"))
-    return chosen.load(p)
+    return _load(path, frontend)
 
 
 def dialect_of(graph) -> str | None:
@@ -145,12 +130,13 @@ def lower(args: argparse.Namespace) -> int:
     _progress(args, f"loading {args.model}")
     graph = load_model(args.model, args.frontend)
     rules = rules_for(args, graph)
-    source = _html_prelude(args, graph)
+    html_source = _html_prelude(args, graph)
     # The loaded graph lives until the process ends: keep the cyclic collector from
     # rescanning its millions of objects in every later phase (seconds each on big models).
     gc.freeze()
     t_load = time.perf_counter() - t0
     _progress(args, f"lowering {len(graph)} ops for {args.backend}")
+    source = _snapshot(graph) if args.verify else None
     result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None,
                          allow_partial=args.allow_partial, validate=not args.no_validate)
     diags = result.diagnostics
@@ -158,7 +144,12 @@ def lower(args: argparse.Namespace) -> int:
         print(render_all(diags, rules.sources), file=sys.stderr)
     outdir = Path(args.outdir) if args.outdir else Path(args.model).resolve().parent
     written = []
-    if result.ok:
+    verification = None
+    if args.verify and result.ok:
+        _progress(args, "verifying against the source semantics")
+        verification = _verify(args, source, result, rules, localise=None)
+    failed_verification = verification is not None and not verification.passed
+    if result.ok and (not failed_verification or args.keep_artifacts):
         _progress(args, f"writing artifacts to {outdir}")
         written = result.save(outdir, converter_command=" ".join(["qlower", "lower", *sys.argv[2:]]))
     result.timings["load"] = t_load + result.timings.get("check", 0.0)  # reading includes checking the input
@@ -170,12 +161,15 @@ def lower(args: argparse.Namespace) -> int:
             "emit": t.get("emit", 0.0), "total": t["total"], "ops_in": result.ops_in,
             "ops_out": len(result.qnn.ops) if result.qnn else 0})
     verify_line = None
-    if args.verify and result.ok:
-        from qlower.verify.compare import compare_lowering
-
-        verify_line = compare_lowering(args.model, args.frontend, result, rules)
+    if verification is not None:
+        verify_line = verification.summary()
+        if failed_verification:
+            verify_line += ("\n  artifacts written although verification failed" if written else
+                            "\n  no artifacts written: verification failed (--keep-artifacts writes them anyway)")
     if not args.quiet:
         _summary(args, result, written, verify_line)
+    elif failed_verification:
+        print(verify_line, file=sys.stderr)
     if args.report is not None:
         report = {"model": args.model, "backend": args.backend, "ops_in": result.ops_in,
                   "qnn_ops": result.qnn_op_counts(), "coverage": result.coverage_json(),
@@ -186,10 +180,18 @@ def lower(args: argparse.Namespace) -> int:
 
             report["total_macs"] = sum(graph_macs(result.qnn))
             report["memory"] = memory_report(result.qnn).to_json()
+        if verification is not None:
+            report["verification"] = verification.to_json()
         if args.report != "-":
             _write_json_atomic(Path(args.report), report)
-    if source is not None:
-        _write_html(args, source, result)
+    if html_source is not None:
+        if args.verification_rows is None and verification is not None and verification.report is not None:
+            from qlower.report.verify_rows import rows_of
+
+            args.verification_rows = rows_of(verification.report.to_json(), "--verify")
+        _write_html(args, html_source, result)
+    if failed_verification:
+        return 1
     if result.ok:
         return 0
     return 0 if args.allow_partial else 1
@@ -217,6 +219,50 @@ def _write_html(args: argparse.Namespace, source, result) -> None:
                diagnostics=result.diagnostics, verification=args.verification_rows)
     if not args.quiet:
         print(f"  wrote {path}")
+
+
+def _snapshot(graph):
+    from qlower.verify.compare import snapshot
+
+    return snapshot(graph)
+
+
+def _verify(args: argparse.Namespace, source, result, rules, localise: bool | None):
+    """The Verification of `lower --verify` and `debug`, with the tolerance and input flags."""
+    from qlower.api import verify
+    from qlower.verify.compare import inputs_next_to, read_inputs
+    from qlower.verify.tolerance import TolerancePolicy
+
+    inputs = read_inputs(args.inputs) if args.inputs is not None else inputs_next_to(args.model)
+    return verify(source, result, rules, inputs=inputs, seed=args.seed, localise=localise,
+                  tolerance=TolerancePolicy(args.atol, args.rtol, args.steps))
+
+
+def debug(args: argparse.Namespace) -> int:
+    """`qlower debug`: lower without writing artifacts, then the per-op table."""
+    from qlower.api import lower as lower_graph
+
+    _progress(args, f"loading {args.model}")
+    graph = load_model(args.model, args.frontend)
+    rules = rules_for(args, graph)
+    source = _snapshot(graph)
+    result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None)
+    if result.diagnostics:
+        print(render_all(result.diagnostics, rules.sources), file=sys.stderr)
+    if not result.ok:
+        print(f"{args.model}: not lowered for {args.backend.upper()}: {len(result.errors)} error(s) (above)")
+        return 1
+    _progress(args, "running the per-op analysis")
+    verification = _verify(args, source, result, rules, localise=True)
+    report = verification.report
+    print(f"{args.model}: {result.ops_in} source ops -> {len(result.qnn.ops)} QNN ops for "
+          f"{args.backend.upper()} ({report.precision})")
+    print(report.table())
+    print(verification.summary())
+    if args.json:
+        _write_json_atomic(Path(args.json), verification.to_json())
+        print(f"wrote {args.json}")
+    return 0 if verification.passed else 1
 
 
 def _summary(args, result, written, verify_line) -> None:

@@ -35,6 +35,28 @@ def _version() -> str:
         return __version__
 
 
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _verify_options(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--inputs", default=None, metavar="FILE.npz",
+                   help="inputs keyed by graph input name (default: <model>_inputs.npz next to the model, "
+                   "else random)")
+    s.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    s.add_argument("--atol", type=_tolerance, default=None, help="absolute tolerance of float outputs")
+    s.add_argument("--rtol", type=_tolerance, default=None,
+                   help="tolerance of float outputs relative to their peak |value|")
+    s.add_argument("--steps", type=_tolerance, default=None, help="tolerance of quantized outputs, in steps of "
+                   "their encoding")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qlower", description="Declarative lowering of model graphs to Qualcomm QNN.")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
@@ -72,9 +94,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-float16", action="store_true", help="keep float32 on HTP")
     s.add_argument("--no-validate", action="store_true", help=argparse.SUPPRESS)
     s.add_argument("--verify", action="store_true",
-                   help="run source and lowered graphs on random inputs and report the max difference")
+                   help="run source and lowered graphs and compare their outputs; exit 1 and write no artifacts "
+                   "when an output is beyond tolerance")
+    s.add_argument("--keep-artifacts", action="store_true",
+                   help="with --verify: write the artifacts even when verification fails")
+    _verify_options(s)
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=commands.lower)
+
+    s = sub.add_parser("debug", help="per-op accuracy analysis: find the source op whose lowering is wrong")
+    s.add_argument("model")
+    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch or a plugin frontend")
+    s.add_argument("--rules", action="append", default=[], help="rule file or folder (default: the shipped "
+                   "pack for the graph's dialect)")
+    s.add_argument("--backend", default="htp", choices=BACKENDS)
+    s.add_argument("--opdefs", action="append", default=[])
+    s.add_argument("--no-float16", action="store_true", help="keep float32 on HTP")
+    s.add_argument("--json", default=None, metavar="FILE", help="write the per-op table as JSON (qlower-debug/1)")
+    _verify_options(s)
+    s.set_defaults(func=commands.debug)
 
     s = sub.add_parser("run", help="run a QNN graph (_net.json + .bin) on inputs with the reference kernels")
     s.add_argument("net_json")

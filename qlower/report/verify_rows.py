@@ -14,8 +14,22 @@ from typing import Any
 from qlower.diagnostics import QlowerError, error
 
 
+def _debug_row(op: dict[str, Any]) -> dict[str, Any]:
+    """One op of `qlower debug`'s JSON (qlower-debug/1) as a panel row."""
+    local, cumulative = op.get("local") or {}, op.get("cumulative") or {}
+    rule = op.get("rule")
+    return {"source_op": op.get("node"), "type": op.get("op"),
+            "rule": f"{rule} ({op['location']})" if rule and op.get("location") else rule,
+            "local_error": local.get("error"), "cumulative_error": cumulative.get("error"),
+            "tolerance": local.get("bound", cumulative.get("bound")), "verdict": op.get("verdict"),
+            "note": op.get("note")}
+
+
 def rows_of(doc: Any, where: str) -> list[dict[str, Any]]:
     """The row list inside a verification JSON document; QlowerError when it has none."""
+    if isinstance(doc, dict) and str(doc.get("format", "")).startswith("qlower-debug/") \
+            and isinstance(doc.get("ops"), list):
+        return [_debug_row(op) for op in doc["ops"] if isinstance(op, dict)]
     if isinstance(doc, dict):
         doc = next((doc[k] for k in ("rows", "ops") if isinstance(doc.get(k), list)), doc)
     if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):

@@ -1,33 +1,82 @@
-"""Whole-graph check: the source graph's reference run against the lowered QNN graph's."""
+"""Whole-graph verification: the source graph's reference run against the lowered QNN graph's.
+
+`verify_lowering` is the gate behind `qlower lower --verify` and
+`qlower.lower(..., verify=True)`: it passes when every graph output is within
+tolerance (`qlower.verify.tolerance`) and, when it fails, localises the cause
+with the per-op analysis of `qlower.verify.debug`.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 import numpy as np
 
+from qlower.diagnostics import QlowerError, error
+from qlower.graph.core import Graph
+from qlower.qnn.model import QnnGraph
+from qlower.verify.debug import DebugReport, OpCheck, TensorCheck, analyse
+from qlower.verify.tolerance import TolerancePolicy
+
 
 @attrs.frozen
-class Difference:
-    output: str
-    max_abs: float
-    max_ref: float
+class Verification:
+    """The verdict of a verified lowering; `report` holds the per-op table when it was localised."""
+
+    report: DebugReport
+    seed: int | None = None  # the seed of random inputs (None: inputs were given)
 
     @property
-    def relative(self) -> float:
-        return self.max_abs / self.max_ref if self.max_ref > 0 else self.max_abs
+    def passed(self) -> bool:
+        return self.report.passed
+
+    @property
+    def outputs(self) -> tuple[TensorCheck, ...]:
+        return self.report.outputs
+
+    @property
+    def culprit(self) -> OpCheck | None:
+        return self.report.culprit
+
+    @property
+    def diagnosis(self) -> str:
+        return self.report.diagnosis
+
+    def summary(self) -> str:
+        return self.report.summary()
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.report.to_json(), "seed": self.seed}
 
 
-def example_inputs(graph, model_path: str | Path | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+def read_inputs(path: str | Path) -> dict[str, np.ndarray]:
+    """Inputs from an .npz keyed by graph input name."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise QlowerError(error(f"cannot read inputs {path}: {exc}", code="io")) from None
+
+
+def example_inputs(graph: Graph, model_path: str | Path | None = None, seed: int = 0) -> dict[str, np.ndarray]:
     """Stored-form inputs: `<model>_inputs.npz` next to the model if there is one, else seeded random."""
-    if model_path is not None:
-        p = Path(model_path)
-        cand = p.with_name(p.stem + "_inputs.npz")
-        if cand.exists():
-            with np.load(cand, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}
+    found = inputs_next_to(model_path) if model_path is not None else None
+    return found if found is not None else random_inputs(graph, seed)
+
+
+def inputs_next_to(model_path: str | Path) -> dict[str, np.ndarray] | None:
+    """The example inputs `<model>_inputs.npz` stored next to a model, if there are any."""
+    p = Path(model_path)
+    cand = p.with_name(p.stem + "_inputs.npz")
+    return read_inputs(cand) if cand.exists() else None
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random inputs in stored form: standard normal floats, the full range of
+    quantized inputs, small non-negative integers (indices), random booleans."""
     rng = np.random.default_rng(seed)
     out = {}
     for v in graph.inputs:
@@ -43,34 +92,32 @@ def example_inputs(graph, model_path: str | Path | None = None, seed: int = 0) -
     return out
 
 
-def differences(source_graph, qnn_graph, inputs: dict[str, np.ndarray], kernels) -> list[Difference]:
-    from qlower.qnn.convert import encoding_of
-    from qlower.reference.interpreter import run_dequantized
-    from qlower.reference.quant import dequantize
-    from qlower.reference.source import run_graph
-
-    real = {}
-    for v in source_graph.inputs:
-        arr = inputs[v.name]
-        real[v.name] = (dequantize(arr, encoding_of(v.quant, v.dtype), v.dtype)
-                        if v.quant is not None else arr)
-    want = run_graph(source_graph, real, kernels)
-    have = run_dequantized(qnn_graph, inputs)
-    out = []
-    for name, w in want.items():
-        w = np.asarray(w, np.float64)
-        h = np.asarray(have[name], np.float64).reshape(w.shape)
-        out.append(Difference(name, float(np.max(np.abs(h - w), initial=0)), float(np.max(np.abs(w), initial=0))))
-    return out
+def snapshot(graph: Graph) -> Graph:
+    """A structural copy to keep the source semantics while `lower` rewrites the graph in
+    place (constant arrays are shared: lowering replaces them, it does not write into them)."""
+    copy = Graph(graph.name)
+    values = {}
+    for v in graph.values:
+        values[id(v)] = copy.add_value(v.name, v.dtype, v.shape, quant=v.quant, data=v.data)
+    for op in graph.topo_order():
+        copy.add_op(op.name, op.type, [values[id(x)] if x is not None else None for x in op.operands],
+                    [values[id(r)] for r in op.results], dict(op.attrs), op.provenance)
+    copy.set_io([values[id(v)] for v in graph.inputs], [values[id(v)] for v in graph.outputs])
+    return copy
 
 
-def compare_lowering(model: str, frontend: str, result: Any, rules: Any) -> str:
-    """The `--verify` line of `qlower lower`: reload the source, run both, report the max difference."""
-    from qlower.cli.commands import load_model
+def verify_lowering(source: Graph, lowered: Graph, qnn: QnnGraph, kernels: Mapping[str, Mapping[str, Any]],
+                    inputs: Mapping[str, np.ndarray], *, backend: str = "", policy: TolerancePolicy | None = None,
+                    localise: bool | None = None, seed: int | None = None) -> Verification:
+    """Run both graphs on `inputs` and judge the outputs.
 
-    source = load_model(model, frontend)
-    inputs = example_inputs(source, model)
-    diffs = differences(source, result.qnn, inputs, rules.kernels)
-    worst = max(diffs, key=lambda d: d.relative)
-    return (f"reference check: max |lowered − source| = {worst.max_abs:.3g} on {worst.output} "
-            f"({worst.relative:.2%} of its max |value| {worst.max_ref:.3g})")
+    `lowered` is the graph after lowering (its ops carry the provenance that maps
+    QNN ops to source ops). `localise`: True always builds the per-op table, False
+    never, None (default) only when an output is beyond tolerance.
+    """
+    prov = {op.name: op.provenance for op in lowered.ops if op.provenance is not None}
+    report = analyse(source, qnn, prov, inputs, kernels, backend=backend, policy=policy,
+                     localise=bool(localise))
+    if localise is None and not report.passed:
+        report = analyse(source, qnn, prov, inputs, kernels, backend=backend, policy=policy, localise=True)
+    return Verification(report, seed)
