@@ -135,6 +135,22 @@ def run_cell(onnx_path: Path, feeds: dict, want: np.ndarray, backend: str, work:
     return f"{'ok' if rel <= TOL[backend] else 'MISMATCH'} {rel:.1e}"
 
 
+def _export(wrapped, feeds: dict, key: str, path: Path, legacy: bool) -> str:
+    """Export with the dynamo exporter, or the TorchScript one where dynamo cannot (T5); returns which."""
+    import torch
+
+    for dynamo in ([False] if legacy else [True, False]):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                torch.onnx.export(wrapped, tuple(feeds.values()), str(path), input_names=list(feeds),
+                                  output_names=[key], dynamo=dynamo, opset_version=18 if dynamo else 17)
+            return "dynamo" if dynamo else "legacy"
+        except Exception:
+            if not dynamo or legacy:
+                raise
+    raise AssertionError("unreachable")
+
+
 def main(argv=None) -> int:
     import torch
 
@@ -161,14 +177,12 @@ def main(argv=None) -> int:
             with torch.no_grad():
                 want = wrapped(*feeds.values()).double().numpy()
             path = work / f"{name}.onnx"
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                torch.onnx.export(wrapped, tuple(feeds.values()), str(path), input_names=list(feeds),
-                                  output_names=[key], dynamo=not args.legacy, opset_version=17 if args.legacy else 18)
+            exporter = _export(wrapped, feeds, key, path, legacy=args.legacy)
         except Exception as exc:  # an export failure is a cell result, not a crash of the runner
             rows.append((name, [f"export: {type(exc).__name__}: {str(exc)[:120]}"] * len(backends)))
             continue
         np_feeds = {k: v.numpy() for k, v in feeds.items()}
-        rows.append((name, [run_cell(path, np_feeds, want, b, work) for b in backends]))
+        rows.append((f"{name} ({exporter})", [run_cell(path, np_feeds, want, b, work) for b in backends]))
         print(f"{name:<12}" + "  ".join(f"{b}: {c}" for b, c in zip(backends, rows[-1][1])), flush=True)
     print()
     print(f"| model | {' | '.join(backends)} |")

@@ -217,10 +217,10 @@ class FunctionTable:
 
 
 def builtin_functions() -> FunctionTable:
-    from qlower.rewrite.rank_functions import RANK_FUNCTIONS
+    from qlower.rewrite.limit_functions import LIMIT_FUNCTIONS
     from qlower.rewrite.shape_functions import SHAPE_FUNCTIONS  # imports this module: kept out of the top
 
-    return FunctionTable({f.name: f for f in _BUILTINS + SHAPE_FUNCTIONS + RANK_FUNCTIONS})
+    return FunctionTable({f.name: f for f in _BUILTINS + SHAPE_FUNCTIONS + LIMIT_FUNCTIONS})
 
 
 def _normperm(perm: list[int], rank: int) -> list[int]:

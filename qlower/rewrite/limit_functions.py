@@ -1,11 +1,14 @@
-"""Built-in .qpat functions that lower the rank of data movement, for backends whose ops stop
-at rank 4 (HTP's Tile, Cast, elementwise ops...): adjacent dims that move together merge.
-Part of the built-in table (`builtin_functions`).
+"""Built-in .qpat functions for the limits of backends and dtypes: the lowest-rank form of data
+movement, for backends whose ops stop at rank 4 (HTP's Tile, Cast, ...), where adjacent dims
+that move together merge; and the range of an integer dtype. Part of the built-in table
+(`builtin_functions`).
 """
 
 from __future__ import annotations
 
-from qlower.rewrite.functions import EvalError, Function
+import numpy as np
+
+from qlower.rewrite.functions import EvalError, Function, _dtype
 
 
 def _tile_collapse(shape: list[int], multiples: list[int]) -> list[list[int]]:
@@ -49,7 +52,19 @@ def _broadcast_collapse(shape: list[int], target: list[int]) -> list[list[int]]:
     return _tile_collapse(lifted, reps)
 
 
-RANK_FUNCTIONS: tuple[Function, ...] = (
+def _int_range(dtype: str) -> list[int]:
+    """[min, max] of an integer dtype (bool: [0, 1])."""
+    dt = np.dtype(_dtype(dtype))
+    if dt.kind == "b":
+        return [0, 1]
+    if dt.kind not in "iu":
+        raise EvalError(f"{dt.name} is not an integer dtype")
+    info = np.iinfo(dt)
+    return [int(info.min), int(info.max)]
+
+
+LIMIT_FUNCTIONS: tuple[Function, ...] = (
+    Function("int_range", ("dtype",), "list[int]", _int_range, doc="[min, max] of an integer dtype"),
     Function("tile_collapse", ("list[int]", "list[int]"), "list[list[int]]", _tile_collapse,
              doc="[shape, multiples] of the lowest-rank Tile equal to tiling shape by multiples"),
     Function("broadcast_collapse", ("list[int]", "list[int]"), "list[list[int]]", _broadcast_collapse,
