@@ -63,7 +63,12 @@ def _int_range(dtype: str) -> list[int]:
     return [int(info.min), int(info.max)]
 
 
+def _all_finite(t) -> bool:
+    return bool(np.all(np.isfinite(np.asarray(t, dtype=np.float64))))
+
+
 LIMIT_FUNCTIONS: tuple[Function, ...] = (
+    Function("all_finite", ("tensor",), "bool", _all_finite, doc="static data has no inf or NaN"),
     Function("int_range", ("dtype",), "list[int]", _int_range, doc="[min, max] of an integer dtype"),
     Function("tile_collapse", ("list[int]", "list[int]"), "list[list[int]]", _tile_collapse,
              doc="[shape, multiples] of the lowest-rank Tile equal to tiling shape by multiples"),
