@@ -154,3 +154,26 @@ def test_reduction_over_an_empty_axis(rules, op):
     feeds = {"x": np.ones((3, 4), np.float32), "z": np.array([1.0, -2.0, 0.5], np.float32)}
     _, have = lowered_outputs(m, rules, feeds)
     assert_same(have, expected(m, feeds))
+
+
+# ------------------------------------------------------ real exports
+def test_legacy_exported_transformer_encoder(tmp_path, rules):
+    """torch.onnx.export(..., dynamo=False) of nn.TransformerEncoder: 0-d int64 constants once reached
+    shape inference as numpy scalars (an internal error)."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True, dropout=0.0)
+    enc = torch.nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False).eval()
+    x = torch.randn(1, 5, 16)
+    with torch.no_grad():
+        want = enc(x).numpy()
+    path = tmp_path / "enc.onnx"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(enc, (x,), str(path), dynamo=False, input_names=["x"], output_names=["y"],
+                          training=torch.onnx.TrainingMode.PRESERVE)
+    for backend, rtol in (("cpu", 1e-5), ("htp", 2e-2)):
+        _, have = lowered_outputs(onnx.load(str(path)), rules, {"x": x.numpy()}, backend=backend)
+        assert np.max(np.abs(have["y"] - want)) <= rtol * np.max(np.abs(want))
