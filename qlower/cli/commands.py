@@ -77,8 +77,22 @@ def fmt(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- lower
-def load_model(path: str, frontend: str = "auto"):
-    """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
+def load_model(path: str, frontend: str = "auto", *, input_shapes=None):
+    """Import a model file with the named (or, for `auto`, the suffix's) frontend.
+
+    `input_shapes` (name → dims) goes to frontends that take it (`Frontend.options`).
+    """
+    chosen = choose_frontend(path, frontend)
+    if input_shapes:
+        if "input_shapes" not in chosen.options:
+            raise QlowerError(error(f"the {chosen.name} frontend takes no input shapes (--input-shape)",
+                                    hint="its models have static shapes already", code="usage"))
+        return chosen.load(Path(path), input_shapes=input_shapes)
+    return chosen.load(Path(path))
+
+
+def choose_frontend(path: str, frontend: str = "auto"):
+    """The frontend that reads `path`: the named one, or for `auto` the one for its suffix."""
     from qlower.plugins import installed
 
     p = Path(path)
@@ -96,7 +110,7 @@ def load_model(path: str, frontend: str = "auto"):
         if chosen is None:
             raise QlowerError(error(f"unknown frontend {frontend}",
                                     hint=f"one of {', '.join(sorted(frontends))}", code="frontend"))
-    return chosen.load(p)
+    return chosen
 
 
 def dialect_of(graph) -> str | None:
@@ -125,8 +139,18 @@ def lower(args: argparse.Namespace) -> int:
     from qlower.api import lower as lower_graph
 
     t0 = time.perf_counter()
+    pairs = list(getattr(args, "input_shape", None) or [])
+    shapes = dict(pairs)
+    if len(shapes) != len(pairs):
+        twice = sorted({n for n, _ in pairs if sum(m == n for m, _ in pairs) > 1})
+        print(f"qlower: error: --input-shape given more than once for {', '.join(twice)}", file=sys.stderr)
+        return 2
+    if shapes and "input_shapes" not in (fe := choose_frontend(args.model, args.frontend)).options:
+        print(f"qlower: error: --input-shape: the {fe.name} frontend takes no input shapes (its models are "
+              "static)", file=sys.stderr)
+        return 2
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend)
+    graph = load_model(args.model, args.frontend, input_shapes=shapes)
     rules = rules_for(args, graph)
     # The loaded graph lives until the process ends: keep the cyclic collector from
     # rescanning its millions of objects in every later phase (seconds each on big models).
@@ -155,7 +179,7 @@ def lower(args: argparse.Namespace) -> int:
     if args.verify and result.ok:
         from qlower.verify.compare import compare_lowering
 
-        verify_line = compare_lowering(args.model, args.frontend, result, rules)
+        verify_line = compare_lowering(args.model, args.frontend, result, rules, input_shapes=shapes)
     if not args.quiet:
         _summary(args, result, written, verify_line)
     if args.report is not None:

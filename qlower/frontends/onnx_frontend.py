@@ -133,7 +133,7 @@ def _with_input_shapes(model: Any, shapes: Mapping[str, Sequence[int]]) -> Any:
     known = {i.name for i in model.graph.input}
     for name in shapes:
         if name not in known:
-            raise _fail(f"input_shapes names {name!r}, which is not a graph input",
+            raise _fail(f"input_shapes (--input-shape) names {name!r}, which is not a graph input",
                         hint=f"graph inputs: {', '.join(sorted(known))}")
     for inp in model.graph.input:
         if inp.name in shapes:

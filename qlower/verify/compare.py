@@ -64,11 +64,11 @@ def differences(source_graph, qnn_graph, inputs: dict[str, np.ndarray], kernels)
     return out
 
 
-def compare_lowering(model: str, frontend: str, result: Any, rules: Any) -> str:
+def compare_lowering(model: str, frontend: str, result: Any, rules: Any, *, input_shapes=None) -> str:
     """The `--verify` line of `qlower lower`: reload the source, run both, report the max difference."""
     from qlower.cli.commands import load_model
 
-    source = load_model(model, frontend)
+    source = load_model(model, frontend, input_shapes=input_shapes)
     inputs = example_inputs(source, model)
     diffs = differences(source, result.qnn, inputs, rules.kernels)
     worst = max(diffs, key=lambda d: d.relative)
