@@ -52,6 +52,35 @@ def _broadcast_collapse(shape: list[int], target: list[int]) -> list[list[int]]:
     return _tile_collapse(lifted, reps)
 
 
+def _batch_collapse(a: list[int], b: list[int]) -> list[list[int]]:
+    """The batch dims of two broadcasting operands (a matrix product's leading dims), merged.
+
+    Leading dims align from the right (numpy broadcasting). Adjacent dims merge when they
+    broadcast the same way (equal in both, or 1 in the same operand); dims that are 1 in both
+    vanish. Returns [a's dims, b's dims], of equal length.
+    """
+    n = max(len(a), len(b))
+    a = [1] * (n - len(a)) + [int(x) for x in a]
+    b = [1] * (n - len(b)) + [int(x) for x in b]
+    out_a: list[int] = []
+    out_b: list[int] = []
+    kinds: list[str] = []
+    for x, y in zip(a, b):
+        if x == 1 and y == 1:
+            continue
+        kind = "eq" if x == y else "a1" if x == 1 else "b1" if y == 1 else None
+        if kind is None:
+            raise EvalError(f"batch dims {a} and {b} do not broadcast")
+        if kinds and kinds[-1] == kind:
+            out_a[-1] *= x
+            out_b[-1] *= y
+        else:
+            out_a.append(x)
+            out_b.append(y)
+            kinds.append(kind)
+    return [out_a, out_b]
+
+
 def _int_range(dtype: str) -> list[int]:
     """[min, max] of an integer dtype (bool: [0, 1])."""
     dt = np.dtype(_dtype(dtype))
@@ -68,6 +97,8 @@ def _all_finite(t) -> bool:
 
 
 LIMIT_FUNCTIONS: tuple[Function, ...] = (
+    Function("batch_collapse", ("list[int]", "list[int]"), "list[list[int]]", _batch_collapse,
+             doc="[a, b] batch dims of two broadcasting operands with adjacent dims that broadcast alike merged"),
     Function("all_finite", ("tensor",), "bool", _all_finite, doc="static data has no inf or NaN"),
     Function("int_range", ("dtype",), "list[int]", _int_range, doc="[min, max] of an integer dtype"),
     Function("tile_collapse", ("list[int]", "list[int]"), "list[list[int]]", _tile_collapse,
