@@ -96,7 +96,10 @@ def _dtype(name: str) -> str:
 
 def _tensor(data: Any, dtype: str | None = None) -> np.ndarray:
     arr = np.asarray(data)
-    return arr.astype(_dtype(dtype)) if dtype is not None else arr
+    if dtype is None:
+        return arr
+    with np.errstate(over="ignore"):  # array([1e39], f32) is how a rule writes infinity
+        return arr.astype(_dtype(dtype))
 
 
 def _prod(xs: Iterable[int]) -> int:
