@@ -7,7 +7,7 @@ backend with `qlower lower`, checked with `qlower validate`, run with
 (architecture, backend): ok with the relative error (max |diff| / max |torch|),
 or the stage that failed and its first message line.
 
-    python bench/onnx_zoo.py [--backends cpu,htp] [--only llama,bert] [--legacy] [--keep DIR]
+    python bench/onnx_zoo.py [--backends cpu,htp] [--only llama,bert] [--legacy] [--with-mask] [--keep DIR]
 
 Needs the `onnx` and `torch` extras plus transformers. Not part of the test suite.
 """
@@ -34,19 +34,22 @@ def _small(cfg_cls, **kw):
     return cfg_cls(**base)
 
 
-def architectures():
+def architectures(with_mask: bool = False):
     """name → a function building (model, example inputs dict, output key)."""
     import torch
     import transformers as tf
 
     ids = torch.randint(0, 128, (1, SEQ), generator=torch.Generator().manual_seed(0))
+    # a padded batch row: the mask's zeros must reach the attention
+    mask = torch.tensor([[0] * 2 + [1] * (SEQ - 2)])
 
     def causal(cfg_name, **kw):
         def build():
             cfg = _small(getattr(tf, cfg_name), **kw)
             cfg.use_cache = False
             model = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-            return model, {"input_ids": ids}, "logits"
+            feeds = {"input_ids": ids, "attention_mask": mask} if with_mask else {"input_ids": ids}
+            return model, feeds, "logits"
         return build
 
     def gpt2():
@@ -158,10 +161,11 @@ def main(argv=None) -> int:
     p.add_argument("--backends", default="cpu,htp")
     p.add_argument("--only", default=None)
     p.add_argument("--legacy", action="store_true", help="export with the TorchScript exporter (dynamo=False)")
+    p.add_argument("--with-mask", action="store_true", help="decoders also take a padded attention_mask")
     p.add_argument("--keep", default=None, help="keep exported models and artifacts here")
     args = p.parse_args(argv)
     backends = args.backends.split(",")
-    archs = architectures()
+    archs = architectures(args.with_mask)
     chosen = args.only.split(",") if args.only else list(archs)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="onnx_zoo_"))
     rows = []
