@@ -56,7 +56,6 @@ def fold_constants(graph: Graph, kernels: Mapping[str, Mapping[str, Kernel]], *,
     return folded
 
 
-
 def fold_empty(graph: Graph, concat_types: tuple[str, ...] = ()) -> int:
     """Empty tensors (a dim of 0: slices past the end, zero-length splits) become static empty constants.
 
