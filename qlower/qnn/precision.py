@@ -58,7 +58,7 @@ def to_float16(graph: Graph, registry=None) -> int:
             continue
         v.dtype = _F16
         if v.data is not None:
-            v.data = v.data.astype(_F16)
+            v.data = _saturate_f16(v.data)
         changed += 1
     for v in list(graph.inputs):
         if v.dtype != _F32 or not v.users or _keeps_f32(v, registry):
@@ -83,6 +83,14 @@ def to_float16(graph: Graph, registry=None) -> int:
         _cast(graph, nv, v, f"{v.name}.to_f32")
         changed += 1
     return changed
+
+
+def _saturate_f16(data: np.ndarray) -> np.ndarray:
+    """float32 data as float16 with finite values kept finite: an attention mask's float32 minimum
+    becomes -65504, not -inf (which would turn a fully masked softmax row into NaN)."""
+    big = float(np.finfo(_F16).max)
+    data = np.asarray(data)
+    return np.where(np.isfinite(data), np.clip(data, -big, big), data).astype(_F16)
 
 
 def _cast(graph: Graph, src, dst, name: str) -> list:

@@ -177,3 +177,17 @@ def test_legacy_exported_transformer_encoder(tmp_path, rules):
     for backend, rtol in (("cpu", 1e-5), ("htp", 2e-2)):
         _, have = lowered_outputs(onnx.load(str(path)), rules, {"x": x.numpy()}, backend=backend)
         assert np.max(np.abs(have["y"] - want)) <= rtol * np.max(np.abs(want))
+
+
+def test_float32_minimum_mask_on_htp_stays_finite(rules):
+    """An additive attention mask of float32's minimum, fully masking a row: float16 on HTP must
+    saturate it to -65504 (softmax stays uniform, as in the source), not overflow to -inf (NaN)."""
+    lo = float(np.finfo(np.float32).min)
+    mask = np.array([[lo, lo, lo, lo], [0.0, lo, lo, lo], [0.0, 0.0, lo, lo]], np.float32)
+    m = model([h.make_node("Add", ["x", "mask"], ["s"]), h.make_node("Softmax", ["s"], ["y"], axis=-1)],
+              [("x", T.FLOAT, [3, 4])], [("y", T.FLOAT, None)], [const("mask", mask, np.float32)])
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    _, have = lowered_outputs(m, rules, {"x": x}, backend="htp")
+    want = expected(m, {"x": x})
+    assert not np.isnan(have["y"]).any()
+    np.testing.assert_allclose(have["y"], want["y"], atol=2e-3)
