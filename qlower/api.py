@@ -253,8 +253,23 @@ def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[st
     return result.verification
 
 
-def load_model(path: str | Path, frontend: str = "auto") -> Graph:
-    """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
+def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mapping[str, Sequence[int]] | None = None
+               ) -> Graph:
+    """Import a model file with the named (or, for `auto`, the suffix's) frontend.
+
+    `input_shapes` (name → dims) goes to frontends that take it (`Frontend.options`).
+    """
+    chosen = choose_frontend(path, frontend)
+    if input_shapes:
+        if "input_shapes" not in chosen.options:
+            raise QlowerError(error(f"the {chosen.name} frontend takes no input shapes (--input-shape)",
+                                    hint="its models have static shapes already", code="usage"))
+        return chosen.load(Path(path), input_shapes=input_shapes)
+    return chosen.load(Path(path))
+
+
+def choose_frontend(path: str | Path, frontend: str = "auto"):
+    """The frontend that reads `path`: the named one, or for `auto` the one for its suffix."""
     from qlower.plugins import installed
 
     p = Path(path)
@@ -272,4 +287,4 @@ def load_model(path: str | Path, frontend: str = "auto") -> Graph:
         if chosen is None:
             raise QlowerError(error(f"unknown frontend {frontend}",
                                     hint=f"one of {', '.join(sorted(frontends))}", code="frontend"))
-    return chosen.load(p)
+    return chosen

@@ -32,6 +32,8 @@ class Frontend:
     name: str
     suffixes: tuple[str, ...]
     load: Callable[[Path], Any]
+    # keyword options `load` also takes (e.g. "input_shapes": name → dims for symbolic inputs)
+    options: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
 
 
 @attrs.frozen

@@ -94,11 +94,17 @@ def fmt(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- lower
-def load_model(path: str, frontend: str = "auto"):
+def load_model(path: str, frontend: str = "auto", *, input_shapes=None):
     """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
     from qlower.api import load_model as _load
 
-    return _load(path, frontend)
+    return _load(path, frontend, input_shapes=input_shapes)
+
+
+def choose_frontend(path: str, frontend: str = "auto"):
+    from qlower.api import choose_frontend as _choose
+
+    return _choose(path, frontend)
 
 
 def dialect_of(graph) -> str | None:
@@ -127,8 +133,18 @@ def lower(args: argparse.Namespace) -> int:
     from qlower.api import lower as lower_graph
 
     t0 = time.perf_counter()
+    pairs = list(getattr(args, "input_shape", None) or [])
+    shapes = dict(pairs)
+    if len(shapes) != len(pairs):
+        twice = sorted({n for n, _ in pairs if sum(m == n for m, _ in pairs) > 1})
+        print(f"qlower: error: --input-shape given more than once for {', '.join(twice)}", file=sys.stderr)
+        return 2
+    if shapes and "input_shapes" not in (fe := choose_frontend(args.model, args.frontend)).options:
+        print(f"qlower: error: --input-shape: the {fe.name} frontend takes no input shapes (its models are "
+              "static)", file=sys.stderr)
+        return 2
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend)
+    graph = load_model(args.model, args.frontend, input_shapes=shapes)
     rules = rules_for(args, graph)
     html_source = _html_prelude(args, graph)
     # The loaded graph lives until the process ends: keep the cyclic collector from

@@ -57,6 +57,17 @@ def _verify_options(s: argparse.ArgumentParser) -> None:
                    "their encoding")
 
 
+def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """`NAME=D0,D1,...` → (name, dims); argparse turns the ValueError into a usage error (exit 2)."""
+    name, eq, dims = text.rpartition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=D0,D1,... (e.g. input_ids=1,128)")
+    parts = dims.split(",")
+    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: dims must be positive integers separated by commas, got {dims!r}")
+    return name, tuple(int(p) for p in parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qlower", description="Declarative lowering of model graphs to Qualcomm QNN.")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
@@ -99,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-artifacts", action="store_true",
                    help="with --verify: write the artifacts even when verification fails")
     _verify_options(s)
+    s.add_argument("--input-shape", action="append", default=[], type=input_shape, metavar="NAME=D0,D1,...",
+                   help="fix a graph input's shape (symbolic dims); repeat for more inputs")
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=commands.lower)
 

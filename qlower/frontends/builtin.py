@@ -13,10 +13,10 @@ def _json(path: Path):
     return load_graph(path)
 
 
-def _onnx(path: Path):
+def _onnx(path: Path, *, input_shapes=None):
     from qlower.frontends.onnx_frontend import load_onnx  # raises a clear QlowerError without onnx
 
-    return load_onnx(path)
+    return load_onnx(path, input_shapes=input_shapes)
 
 
 def _torch(path: Path):
@@ -26,5 +26,5 @@ def _torch(path: Path):
 
 
 def builtin_frontends() -> tuple[Frontend, ...]:
-    return (Frontend("json", (".json",), _json), Frontend("onnx", (".onnx",), _onnx),
+    return (Frontend("json", (".json",), _json), Frontend("onnx", (".onnx",), _onnx, options={"input_shapes"}),
             Frontend("torch", (".pt2",), _torch))

@@ -54,3 +54,65 @@ def fold_constants(graph: Graph, kernels: Mapping[str, Mapping[str, Kernel]], *,
                 graph.remove_value(v)
         folded += 1
     return folded
+
+
+def fold_empty(graph: Graph, concat_types: tuple[str, ...] = ()) -> int:
+    """Empty tensors (a dim of 0: slices past the end, zero-length splits) become static empty constants.
+
+    QNN tensors cannot be empty, and an empty tensor carries no data anyway: an op all of whose
+    results are empty is replaced by its (empty) results as constants, so ops that read them
+    fold away (`fold_constants`: a reduction over an empty axis becomes its identity value) and
+    concatenations (`concat_types`) drop them. Returns how many ops changed.
+    """
+    changed = 0
+    for op in graph.topo_order():
+        if op.results and all(r.shape is not None and 0 in r.shape and r.quant is None for r in op.results):
+            results, operands = list(op.results), [v for v in op.operands if v is not None]
+            graph.detach_op(op)
+            for r in results:
+                r.data = np.zeros(r.shape, r.dtype)
+            _drop_unused(graph, operands)
+            changed += 1
+        elif op.type in concat_types and any(map(_is_empty, op.operands)) \
+                and not all(map(_is_empty, op.operands)):
+            name, attrs, prov = op.name, op.attrs, op.provenance
+            operands, results = list(op.operands), list(op.results)
+            graph.detach_op(op)
+            graph.add_op(name, op.type, [v for v in operands if not _is_empty(v)], results, attrs, prov)
+            _drop_unused(graph, [v for v in operands if _is_empty(v)])
+            changed += 1
+    return changed
+
+
+def produce_constant_outputs(graph: Graph, identity_type: str) -> int:
+    """Give every graph output that folded to a constant an op that produces it.
+
+    A QNN graph output must be written by a node: the folded data moves to a fresh static
+    tensor and an `identity_type` op copies it to the output. Returns how many outputs changed.
+    """
+    from qlower.diagnostics import QlowerError, error
+
+    changed = 0
+    for v in list(graph.outputs):
+        if v.producer is not None or v.data is None or v.is_input:
+            continue
+        if v.data.size == 0:
+            raise QlowerError(error(f"graph output {v.name} is empty (shape {list(v.shape or ())}); QNN tensors "
+                                    "cannot have 0 elements", subject=f"tensor {v.name}", code="empty-output",
+                                    hint="drop the output from the model, or make it non-empty"))
+        src = graph.add_value(graph.fresh_value_name(f"{v.name}.const"), v.dtype, v.shape, quant=v.quant,
+                              data=v.data)
+        v.data = None
+        graph.add_op(graph.fresh_op_name(f"{v.name}.produce"), identity_type, [src], [v], {})
+        changed += 1
+    return changed
+
+
+def _is_empty(v) -> bool:
+    return v is not None and v.data is not None and v.data.size == 0
+
+
+def _drop_unused(graph: Graph, values) -> None:
+    for v in values:
+        if not v.users and not v.is_output and not v.is_input and v.producer is None and graph.has_value(v.name):
+            graph.remove_value(v)

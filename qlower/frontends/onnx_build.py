@@ -313,8 +313,8 @@ class GraphBuilder:
             more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             raise _fail(f"no static shape for tensor {names}{more} after ONNX shape inference",
                         subject=f"tensor {missing[0].name}",
-                        hint="QNN graphs are static: pass input_shapes for symbolic inputs, or export with "
-                             "fixed shapes")
+                        hint="QNN graphs are static: fix symbolic inputs with `qlower lower --input-shape "
+                             "NAME=D0,D1,...` (input_shapes in the API), or export with fixed shapes")
 
 
 def _shapes_by_running(op: Any, operands: list, kernels: Any, limit: int = 1 << 20) -> list:

@@ -21,8 +21,11 @@ Tensors: shapes and dtypes come from ONNX shape inference; initializers and
 Constant nodes become constants; int64 becomes int32 (QNN has no int64
 compute); Shape/Size of statically shaped tensors become constants; empty
 optional inputs are absent operands. QDQ pairs are folded into encodings
-(`onnx_qdq`). Finally everything computable from constants is folded with
-the onnx reference kernels.
+(`onnx_qdq`). Empty tensors (a 0 dim) become empty constants, which
+Concat drops (`fold_empty`). Then everything computable from constants is
+folded with the onnx reference kernels; a graph output that folded to a
+constant gets an `onnx.Identity` of the constant as its producer (an empty
+graph output is an error).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
+_CONCAT = ("onnx.Concat",)
 
 
 def _onnx():
@@ -84,13 +88,19 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
         inferred = model
     builder = GraphBuilder(inferred, opset)
     graph = builder.build()
-    if fold:
-        from qlower.frontends.fold import fold_constants
-        from qlower.reference.onnx_kernels import OnnxKernels
+    from qlower.frontends.fold import fold_constants, fold_empty, produce_constant_outputs
+    from qlower.reference.onnx_kernels import OnnxKernels
 
-        fold_constants(graph, {"onnx": OnnxKernels()})
+    kernels = {"onnx": OnnxKernels()}
+    if fold:
+        fold_empty(graph, _CONCAT)
+        fold_constants(graph, kernels)
     builder.promote_params(graph)
     builder.infer_missing(graph)
+    if fold and fold_empty(graph, _CONCAT):  # empties whose shapes only one-node inference found
+        fold_constants(graph, kernels)
+        builder.promote_params(graph)
+    produce_constant_outputs(graph, "onnx.Identity")
     builder.check_shapes(graph)
     return graph
 
@@ -123,7 +133,7 @@ def _with_input_shapes(model: Any, shapes: Mapping[str, Sequence[int]]) -> Any:
     known = {i.name for i in model.graph.input}
     for name in shapes:
         if name not in known:
-            raise _fail(f"input_shapes names {name!r}, which is not a graph input",
+            raise _fail(f"input_shapes (--input-shape) names {name!r}, which is not a graph input",
                         hint=f"graph inputs: {', '.join(sorted(known))}")
     for inp in model.graph.input:
         if inp.name in shapes:

@@ -54,7 +54,7 @@ def narrow_ints(data: np.ndarray) -> np.ndarray:
     """int64/uint64 constant data → int32/uint32, saturating (INT64_MAX slice ends stay 'to the end')."""
     if data.dtype == np.int64:
         info = np.iinfo(np.int32)
-        return np.clip(data, info.min, info.max).astype(np.int32)
+        return np.asarray(np.clip(data, info.min, info.max).astype(np.int32))  # 0-d stays an array
     if data.dtype == np.uint64:
-        return np.clip(data, 0, np.iinfo(np.uint32).max).astype(np.uint32)
+        return np.asarray(np.clip(data, 0, np.iinfo(np.uint32).max).astype(np.uint32))
     return data

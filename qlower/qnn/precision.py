@@ -58,17 +58,16 @@ def to_float16(graph: Graph, registry=None) -> int:
             continue
         v.dtype = _F16
         if v.data is not None:
-            v.data = v.data.astype(_F16)
+            v.data = _saturate_f16(v.data)
         changed += 1
     for v in list(graph.inputs):
         if v.dtype != _F32 or not v.users or _keeps_f32(v, registry):
             continue
         nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
         users = list(v.users)
-        cast = graph.add_op(graph.fresh_op_name(f"{v.name}.to_f16"), "qnn.Cast", [v], [nv], {},
-                            Provenance(_PROV.rule, _PROV.location, v.name))
+        casts = _cast(graph, v, nv, f"{v.name}.to_f16")
         for user, idx in users:
-            if user is not cast:
+            if user not in casts:
                 graph.set_operand(user, idx, nv)
         changed += 1
     for v in list(graph.outputs):
@@ -81,7 +80,27 @@ def to_float16(graph: Graph, registry=None) -> int:
         # other consumers of the float32 output read the float16 value instead
         for user, j in list(v.users):
             graph.set_operand(user, j, nv)
-        graph.add_op(graph.fresh_op_name(f"{v.name}.to_f32"), "qnn.Cast", [nv], [v], {},
-                     Provenance(_PROV.rule, _PROV.location, v.name))
+        _cast(graph, nv, v, f"{v.name}.to_f32")
         changed += 1
     return changed
+
+
+def _saturate_f16(data: np.ndarray) -> np.ndarray:
+    """float32 data as float16 with finite values kept finite: an attention mask's float32 minimum
+    becomes -65504, not -inf (which would turn a fully masked softmax row into NaN)."""
+    big = float(np.finfo(_F16).max)
+    data = np.asarray(data)
+    return np.where(np.isfinite(data), np.clip(data, -big, big), data).astype(_F16)
+
+
+def _cast(graph: Graph, src, dst, name: str) -> list:
+    """qnn.Cast src → dst; above rank 4 (HTP's Cast limit) on the flattened tensor, between Reshapes."""
+    prov = Provenance(_PROV.rule, _PROV.location, dst.name)
+    if dst.shape is None or len(dst.shape) <= 4:
+        return [graph.add_op(graph.fresh_op_name(name), "qnn.Cast", [src], [dst], {}, prov)]
+    n = (int(np.prod(dst.shape)),)
+    flat_in = graph.add_value(graph.fresh_value_name(f"{src.name}.flat"), src.dtype, n)
+    flat_out = graph.add_value(graph.fresh_value_name(f"{dst.name}.flat"), dst.dtype, n)
+    return [graph.add_op(graph.fresh_op_name(f"{name}.flatten"), "qnn.Reshape", [src], [flat_in], {}, prov),
+            graph.add_op(graph.fresh_op_name(name), "qnn.Cast", [flat_in], [flat_out], {}, prov),
+            graph.add_op(graph.fresh_op_name(f"{name}.unflatten"), "qnn.Reshape", [flat_out], [dst], {}, prov)]

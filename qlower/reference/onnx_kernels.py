@@ -304,6 +304,8 @@ def _model(op: str, attrs: Mapping[str, Any], args: Sequence[Any], n_out: int, s
     for n, a in zip(names, args):
         if a is None:
             continue
+        if isinstance(a, np.generic):  # a numpy scalar is 0-d data, not a (dtype, shape) pair
+            a = np.asarray(a)
         if isinstance(a, np.ndarray):
             if static:
                 inits.append(_tensor(a.astype(np.int64) if a.dtype == np.int32 else a))

@@ -1,6 +1,9 @@
 """QNN fixed-point arithmetic: real = scale · (q + offset), offset = −zero_point.
 
-`quantize` rounds half to even (numpy's `rint`): the QNN documents only say
+`quantize` computes round(real / scale) + zero_point, as QNN's Quantize is
+defined ("round(input / scale) + offset") and as ONNX QuantizeLinear and PyTorch
+do: the zero point is added after rounding, which matters on ties with an odd
+zero point. It rounds half to even (numpy's `rint`): the QNN documents only say
 "round", and half-to-even is what ONNX QuantizeLinear, PyTorch and AIMET (which
 produce the encodings QNN consumes) use, so it is the choice that lets a
 lowered graph be compared bit-exactly with its source. The result saturates to
@@ -123,12 +126,12 @@ def dequantize(q: np.ndarray, enc: QuantEncoding, dtype: np.dtype | DataType | s
 
 
 def quantize(real: np.ndarray, enc: QuantEncoding, dtype: np.dtype | DataType | str) -> np.ndarray:
-    """Real values to fixed point: q = clip(rint(real / scale − offset)) in `dtype`'s storage."""
+    """Real values to fixed point: q = clip(rint(real / scale) − offset) in `dtype`'s storage."""
     real = np.asarray(real, dtype=np.float64)
     lo, hi = bit_range(dtype, enc)
     scale, offset = scale_offset(enc, real.shape)
     with np.errstate(invalid="ignore", over="ignore"):
-        q = np.rint(real / scale - offset)
+        q = np.rint(real / scale) - offset
     q = np.clip(np.nan_to_num(q, nan=0.0, posinf=hi, neginf=lo), lo, hi)
     return q.astype(_storage(dtype)[0])
 

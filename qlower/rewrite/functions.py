@@ -96,7 +96,10 @@ def _dtype(name: str) -> str:
 
 def _tensor(data: Any, dtype: str | None = None) -> np.ndarray:
     arr = np.asarray(data)
-    return arr.astype(_dtype(dtype)) if dtype is not None else arr
+    if dtype is None:
+        return arr
+    with np.errstate(over="ignore"):  # array([1e39], f32) is how a rule writes infinity
+        return arr.astype(_dtype(dtype))
 
 
 def _prod(xs: Iterable[int]) -> int:
@@ -217,9 +220,10 @@ class FunctionTable:
 
 
 def builtin_functions() -> FunctionTable:
+    from qlower.rewrite.limit_functions import LIMIT_FUNCTIONS
     from qlower.rewrite.shape_functions import SHAPE_FUNCTIONS  # imports this module: kept out of the top
 
-    return FunctionTable({f.name: f for f in _BUILTINS + SHAPE_FUNCTIONS})
+    return FunctionTable({f.name: f for f in _BUILTINS + SHAPE_FUNCTIONS + LIMIT_FUNCTIONS})
 
 
 def _compose_perm(p: list[int], q: list[int]) -> list[int]:
