@@ -23,6 +23,7 @@ import numpy as np
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
 from qlower.graph.core import Graph, Value
 from qlower.graph.format import FORMAT, _PLAIN, _inline_array, _plain_list, _quant_json_problems, quant_problems
+from qlower.graph.lazy import LazyArray, NpySource, SafetensorsSource, npy_header, safetensors_header
 from qlower.graph.npz import _Npz
 from qlower.graph.save import dumps_graph, save_graph  # the saving half of the format
 from qlower.graph.types import DTYPE_ALIASES, DTYPE_NAMES, Quant
@@ -82,6 +83,7 @@ class _Loader:
     base_dir: Path
     errors: list[Diagnostic] = attrs.Factory(list)
     archives: dict[str, _Npz | None] = attrs.Factory(dict)
+    headers: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = attrs.Factory(dict)  # safetensors headers
 
     # -------------------------------------------------------------- errors
     def err(self, message: str, code: str, subject: str | None = None, hint: str | None = None) -> None:
@@ -239,6 +241,8 @@ class _Loader:
         if shape is None:
             self.err(f"tensor `{name}`: a constant needs a declared \"shape\"", "bad-shape", subject)
             return None
+        if type(d) is dict and ("npy" in d or "safetensors" in d):
+            return self.ref_data(name, d, dtype, shape)
         if type(d) is dict:
             arr = self.npz_data(name, d)
             if arr is None:
@@ -262,6 +266,58 @@ class _Loader:
                      "data-shape", subject)
             return None
         return arr
+
+    def ref_data(self, name: str, ref: dict, dtype: np.dtype, shape: list) -> LazyArray | None:
+        """A `.npy` or `.safetensors` reference: checked against the file's header, read later."""
+        subject = f"tensor {name}"
+        kind = "npy" if "npy" in ref else "safetensors"
+        file, key = ref.get(kind), ref.get("key")
+        want = {"npy"} if kind == "npy" else {"safetensors", "key"}
+        if type(file) is not str or set(ref) != want or (kind == "safetensors" and type(key) is not str):
+            form = '{"npy": FILE}' if kind == "npy" else '{"safetensors": FILE, "key": KEY}'
+            self.err(f"tensor `{name}`: a {kind} reference is {form} with string values, not {_fmt(ref)}",
+                     "bad-data", subject)
+            return None
+        path = self.base_dir / file
+        try:
+            if kind == "npy":
+                got_dtype, got_shape = npy_header(path)
+                source: Any = NpySource(path)
+            else:
+                header = self.headers.get(file)
+                if header is None:
+                    header = self.headers[file] = safetensors_header(path)
+                if key not in header:
+                    self.err(f"tensor `{name}`: safetensors file {file} has no tensor {_fmt(key)}", "data-key",
+                             subject, did_you_mean(key, header))
+                    return None
+                dname, got_shape = header[key]
+                if dname not in _DTYPES:
+                    self.err(f"tensor `{name}`: tensor {_fmt(key)} in {file} has dtype {dname}, which qlower "
+                             "does not read", "data-dtype", subject)
+                    return None
+                got_dtype, source = _DTYPES[dname], SafetensorsSource(path, key)
+        except OSError as e:
+            self.err(f"tensor `{name}`: cannot open {kind} file {path}: {e.strerror or e}", "data-file", subject)
+            return None
+        except ValueError as e:
+            self.err(f"tensor `{name}`: {path} is not a valid {kind} file: {e}", "data-file", subject)
+            return None
+        lazy = LazyArray(source, got_dtype, got_shape)
+        if got_dtype != dtype:
+            if got_dtype.kind == dtype.kind and got_dtype.itemsize == dtype.itemsize:
+                lazy = lazy.astype(dtype)  # byte order only
+            else:
+                self.err(f"tensor `{name}`: {kind} data has dtype {got_dtype} but the tensor declares {dtype}",
+                         "data-dtype", subject)
+                return None
+        if got_shape != tuple(shape):
+            if math.prod(got_shape) == 0 == math.prod(shape):
+                return lazy.reshape(shape)
+            self.err(f"tensor `{name}`: data has shape {list(got_shape)} but the declared shape is {shape}",
+                     "data-shape", subject)
+            return None
+        return lazy
 
     def npz_data(self, name: str, ref: dict) -> np.ndarray | None:
         subject = f"tensor {name}"

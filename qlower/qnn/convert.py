@@ -16,6 +16,7 @@ import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph, Value
+from qlower.graph.lazy import LazyArray
 from qlower.graph.types import Quant
 from qlower.qnn.datatypes import DataType, from_numpy
 from qlower.qnn.model import EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, \
@@ -125,7 +126,7 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
         dims = tuple(v.shape) if v.shape else (1,)
         data = None
         if ttype is STATIC:
-            data = np.asarray(v.data)
+            data = v.data if isinstance(v.data, LazyArray) else np.asarray(v.data)  # by reference: read when written
             if data.ndim == 0:
                 data = data.reshape(1)
         q, dtype = v.quant, v.dtype

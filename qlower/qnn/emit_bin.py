@@ -19,6 +19,7 @@ import attrs
 import numpy as np
 
 from qlower.diagnostics import QlowerError, error
+from qlower.graph.lazy import LazyArray
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import EncodingKind, QnnGraph, QnnTensor, TensorParam, TensorType
 
@@ -377,12 +378,24 @@ def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None) -> N
     out = fileobj.write
     offset = 0
     for member, i in members:
-        data = raw_array(layout.statics[i])
-        size = data.nbytes
-        head = header(member, size)
-        out(head)
-        if size:
-            out(data.reshape(-1).view(np.uint8))
+        t = layout.statics[i]
+        if isinstance(t.data, LazyArray):  # by reference: read, convert and write a slice at a time
+            lazy = storage(t)
+            size = lazy.nbytes
+            head = header(member, size)
+            out(head)
+            little = lazy.dtype.newbyteorder("<")
+            for part in lazy.chunks():
+                out((part if part.dtype == little else part.astype(little)).view(np.uint8))
+                del part
+        else:
+            data = raw_array(t)
+            size = data.nbytes
+            head = header(member, size)
+            out(head)
+            if size:
+                out(data.reshape(-1).view(np.uint8))
+            del data
         pad = -size % _BLOCK
         if pad:
             out(bytes(pad))
