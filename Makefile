@@ -15,8 +15,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job: build the Qwen2-VL example graphs and lower them for HTP with the shipped rules.
+# The main job: build a whole Qwen2-style LLM (examples/build_qwen2.py: every layer, embedding, LM head,
+# KV cache in uint8, w8a16 and w4a16 weights) and the Qwen2-VL example graphs, and lower them for HTP.
 demo: $(STAMP)
+	$(PY) examples/build_qwen2.py examples --config demo --modes float,w8a16,w4a16
+	$(QLOWER) lower examples/qwen2_demo_w8a16.json --backend htp -o out/llm_w8a16 --report --verify
+	$(QLOWER) lower examples/qwen2_demo_w4a16.json --backend htp -o out/llm_w4a16 --report --verify
+	$(QLOWER) lower examples/qwen2_demo.json --backend htp -o out/llm_f16 --report --verify
 	$(PY) examples/build_qwen2vl.py examples
 	$(QLOWER) lower examples/qwen2vl_vision_block.json --backend htp -o out/vision_f16 --report --verify
 	$(QLOWER) lower examples/qwen2vl_decoder_layer.json --backend htp -o out/decoder_f16 --report --verify

@@ -23,13 +23,15 @@ from qlower.qnn.model import EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantE
     TensorParam, TensorType
 
 
-def encoding_of(q: Quant, dtype: np.dtype) -> QuantEncoding:
-    """Framework encoding → QNN encoding (offset = −zero_point)."""
+def encoding_of(q: Quant, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> QuantEncoding:
+    """Framework encoding → QNN encoding (offset = −zero_point). A block encoding needs the
+    tensor's `shape` to tell channels from blocks when it lists a zero point per block."""
     offsets = tuple(-z for z in q.zero_point)
     storage_bits = np.dtype(dtype).itemsize * 8
     narrowed = q.bitwidth is not None and q.bitwidth != storage_bits
     if q.block_size is not None:
-        return _blockwise(q, offsets)
+        channels = shape[q.axis] if shape is not None and q.axis is not None and q.axis < len(shape) else None
+        return _blockwise(q, offsets, channels)
     if q.axis is None:
         if narrowed:
             return QuantEncoding(EncodingKind.BW_SCALE_OFFSET, q.scale[:1], offsets[:1], bitwidth=q.bitwidth)
@@ -39,9 +41,12 @@ def encoding_of(q: Quant, dtype: np.dtype) -> QuantEncoding:
     return QuantEncoding(EncodingKind.AXIS_SCALE_OFFSET, q.scale, offsets, axis=q.axis)
 
 
-def _blockwise(q: Quant, offsets: tuple[int, ...]) -> QuantEncoding:
+def _blockwise(q: Quant, offsets: tuple[int, ...], channels: int | None = None) -> QuantEncoding:
     """LPBQ: per-block float scales → per-channel scale × 4-bit integer block scales."""
-    channels = len(offsets) if q.axis is not None else 1
+    if channels is None:
+        channels = len(offsets) if q.axis is not None else 1
+    if len(offsets) == len(q.scale) and channels:  # a zero point per block: QNN keeps one per channel
+        offsets = offsets[::len(q.scale) // channels]
     scales = np.asarray(q.scale, dtype=np.float64).reshape(channels, -1)
     block_bits = 4
     top = (1 << block_bits) - 1
@@ -133,9 +138,9 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
         enc = None
         if q is not None:
             # keyed by identity (the graph keeps every Quant alive for the call; the entry keeps it too)
-            hit = encodings.get((id(q), dtype))
+            hit = encodings.get((id(q), dtype, dims))
             if hit is None:
-                hit = encodings[(id(q), dtype)] = (q, encoding_of(q, dtype))
+                hit = encodings[(id(q), dtype, dims)] = (q, encoding_of(q, dtype, v.shape))
             enc = hit[1]
         dkey = (dtype, q is not None)
         dt = datatypes.get(dkey)

@@ -52,7 +52,7 @@ def differences(source_graph, qnn_graph, inputs: dict[str, np.ndarray], kernels)
     real = {}
     for v in source_graph.inputs:
         arr = inputs[v.name]
-        real[v.name] = (dequantize(arr, encoding_of(v.quant, v.dtype), v.dtype)
+        real[v.name] = (dequantize(arr, encoding_of(v.quant, v.dtype, v.shape), v.dtype)
                         if v.quant is not None else arr)
     want = run_graph(source_graph, real, kernels)
     have = run_dequantized(qnn_graph, inputs)
