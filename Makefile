@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 QLOWER := $(VENV)/bin/qlower
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench bench-model install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,3 +36,9 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
+
+# Whole-model benchmark (outside the default test run): Qwen2.5-0.5B- and 1.5B-sized LLMs built from a
+# fixed seed into bench/cache/models (~15 GB on disk), lowered for HTP float16, w8a16 and w4a16,
+# peak RSS and wall time side by side with the I/O floor.
+bench-model: $(STAMP)
+	$(PY) bench/bench_model.py --configs 0.5b,1.5b

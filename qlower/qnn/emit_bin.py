@@ -318,6 +318,12 @@ def plan(graph: QnnGraph) -> Layout:
                   op_types=tuple(sorted(op_types)), produced=produced, shapes=shapes)
 
 
+def static_bytes(layout: Layout) -> int:
+    """Data bytes the `.bin` will hold (for progress reporting)."""
+    return sum(layout.shapes[t.dims][1] * _STORAGE.get(t.datatype, np.dtype(np.uint8)).itemsize
+               for t in layout.statics)
+
+
 def raw_array(tensor: QnnTensor) -> np.ndarray:
     """The tensor's data as the `.raw` file holds it: dense, C order, little-endian (a view when possible)."""
     data = np.ascontiguousarray(storage(tensor))
@@ -366,10 +372,12 @@ class _Headers:
                          b"%06o\0 " % chk, self.rest))
 
 
-def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None) -> None:
+def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None,
+          progress: Callable[[int], None] | None = None) -> None:
     """Stream the `.bin` tar with reproducible headers (mtime 0, root, 0644, sorted members).
 
-    Byte for byte what `tarfile` writes in PAX format, one tensor in memory at a time.
+    Byte for byte what `tarfile` writes in PAX format, one tensor in memory at a time
+    (data by reference: one slice of it). `progress(n)` hears of every n data bytes written.
     """
     layout = layout or plan(graph)
     cname = layout.cnames.get
@@ -387,6 +395,8 @@ def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None) -> N
             little = lazy.dtype.newbyteorder("<")
             for part in lazy.chunks():
                 out((part if part.dtype == little else part.astype(little)).view(np.uint8))
+                if progress is not None:
+                    progress(part.nbytes)
                 del part
         else:
             data = raw_array(t)
@@ -395,6 +405,8 @@ def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None) -> N
             out(head)
             if size:
                 out(data.reshape(-1).view(np.uint8))
+                if progress is not None:
+                    progress(size)
             del data
         pad = -size % _BLOCK
         if pad:
