@@ -27,11 +27,11 @@ def canonical_dtype(name: str) -> str | None:
 
 
 def _tuple_f(v: Any) -> tuple[float, ...]:
-    return tuple(float(x) for x in np.atleast_1d(np.asarray(v, dtype=np.float64)).ravel())
+    return tuple(np.atleast_1d(np.asarray(v, dtype=np.float64)).ravel().tolist())  # tolist: C-speed floats
 
 
 def _tuple_i(v: Any) -> tuple[int, ...]:
-    return tuple(int(x) for x in np.atleast_1d(np.asarray(v, dtype=np.int64)).ravel())
+    return tuple(np.atleast_1d(np.asarray(v, dtype=np.int64)).ravel().tolist())
 
 
 @attrs.frozen

@@ -26,7 +26,7 @@ from qlower.qnn.model import EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantE
 def encoding_of(q: Quant, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> QuantEncoding:
     """Framework encoding → QNN encoding (offset = −zero_point). A block encoding needs the
     tensor's `shape` to tell channels from blocks when it lists a zero point per block."""
-    offsets = tuple(-z for z in q.zero_point)
+    offsets = tuple((-np.asarray(q.zero_point, dtype=np.int64)).tolist())  # C speed: block encodings are long
     storage_bits = np.dtype(dtype).itemsize * 8
     narrowed = q.bitwidth is not None and q.bitwidth != storage_bits
     if q.block_size is not None:
@@ -53,10 +53,11 @@ def _blockwise(q: Quant, offsets: tuple[int, ...], channels: int | None = None) 
     per_channel = scales.max(axis=1) / top
     per_channel[per_channel == 0] = 1.0
     blocks = np.clip(np.rint(scales / per_channel[:, None]), 1, top).astype(int)
-    return QuantEncoding(EncodingKind.BLOCKWISE_EXPANSION, tuple(per_channel), offsets[:channels] or (0,) * channels,
+    return QuantEncoding(EncodingKind.BLOCKWISE_EXPANSION, tuple(per_channel.tolist()),
+                         offsets[:channels] or (0,) * channels,
                          axis=q.axis if q.axis is not None else 0, bitwidth=q.bitwidth,
                          num_blocks_per_axis=int(scales.shape[1]), block_scale_bitwidth=block_bits,
-                         block_scales=tuple(tuple(int(b) for b in row) for row in blocks))
+                         block_scales=tuple(map(tuple, blocks.tolist())))
 
 
 def _datatype(v: Value) -> DataType:
