@@ -41,16 +41,16 @@ _TENSOR_KEYS = frozenset({"dtype", "shape", "quant", "data"})
 _NODE_KEYS = frozenset({"name", "op", "inputs", "outputs", "attrs"})
 _QUANT_KEYS = frozenset({"scale", "zero_point", "axis", "bitwidth", "symmetric", "block_size", "block_axis"})
 _MAX_ERRORS = 50
-_LONG_DIGITS = re.compile(r"\d{19}")
+_ORJSON_MIN = 1 << 20  # characters
 
 
 # ------------------------------------------------------------------ loading
 def _decode(text: str) -> Any:
-    """JSON → Python objects: orjson when installed (several times faster on big graphs), else json.
-    What orjson refuses but json reads (NaN/Infinity, integers beyond 64 bits) and every error
-    (for json's line:col) goes through json. orjson reads integers beyond 64 bits as floats, so a text
-    with a run of 19+ digits (which no float json or repr writes) goes to json too."""
-    if _orjson is not None and _LONG_DIGITS.search(text) is None:
+    """JSON → Python objects. Big files (graphs of 10^5+ ops, block encodings) go through orjson
+    when it is installed (several times faster); what orjson refuses (NaN/Infinity) and every
+    error (for json's line:col) go through json. orjson reads an integer literal beyond 64 bits as
+    a float, so on big files such a value is reported as "not an integer" rather than "too large"."""
+    if _orjson is not None and len(text) >= _ORJSON_MIN:
         try:
             return _orjson.loads(text)
         except _orjson.JSONDecodeError:
