@@ -22,7 +22,9 @@ Constant nodes become constants; int64 becomes int32 (QNN has no int64
 compute); Shape/Size of statically shaped tensors become constants; empty
 optional inputs are absent operands. QDQ pairs are folded into encodings
 (`onnx_qdq`). Finally everything computable from constants is folded with
-the onnx reference kernels.
+the onnx reference kernels. Float initializers in ONNX external data are not
+read at load (`load_external_data=False`): they become references to their
+byte range (`qlower.graph.lazy`), read when something needs them.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def read_model(source: str | Path | Any) -> Any:
         return source
     path = Path(source)
     try:
-        return onnx.load(str(path))
+        return onnx.load(str(path), load_external_data=False)  # external weights: read lazily (onnx_build)
     except FileNotFoundError:
         raise _fail(f"no such file: {path}") from None
     except Exception as exc:  # protobuf decode errors and friends
@@ -82,7 +84,8 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception:  # inference is best effort; missing shapes are reported below
         inferred = model
-    builder = GraphBuilder(inferred, opset)
+    base_dir = None if isinstance(source, onnx.ModelProto) else Path(source).parent
+    builder = GraphBuilder(inferred, opset, base_dir=base_dir)
     graph = builder.build()
     if fold:
         from qlower.frontends.fold import fold_constants

@@ -248,3 +248,31 @@ def _real(x: Any) -> Any:
 
 def is_lazy(x: Any) -> bool:
     return isinstance(x, LazyArray)
+
+
+@attrs.frozen
+class RawSource:
+    """Little-endian raw bytes at `offset` in a file (ONNX external data), read with plain file reads."""
+
+    path: Path
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def describe(self) -> str:
+        return f"{self.path}@{self.offset}"
+
+    def read(self) -> np.ndarray:
+        return self._read(0, math.prod(self.shape)).reshape(self.shape)
+
+    def rows(self, i: int, j: int) -> np.ndarray:
+        row = math.prod(self.shape[1:])
+        return self._read(i * row, (j - i) * row).reshape((j - i, *self.shape[1:]))
+
+    def _read(self, start: int, count: int) -> np.ndarray:
+        little = np.dtype(self.dtype).newbyteorder("<")
+        arr = np.fromfile(self.path, dtype=little, count=count, offset=self.offset + start * little.itemsize)
+        if arr.size != count:
+            raise OSError(f"{self.path}: expected {count} elements at offset {self.offset + start * little.itemsize}, "
+                          f"found {arr.size}")
+        return arr.astype(np.dtype(self.dtype).newbyteorder("="), copy=False)
