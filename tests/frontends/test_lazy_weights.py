@@ -1,4 +1,4 @@
-"""ONNX external data is read lazily: the weights stay in their file until the .bin writer needs them."""
+"""Frontends leave weights where they are: ONNX external data read lazily, torch.export tensors not copied."""
 
 from __future__ import annotations
 
@@ -61,3 +61,16 @@ def test_missing_external_file_is_a_clear_error(tmp_path):
     with pytest.raises(QlowerError) as e:
         load_onnx(ext)
     assert "cannot open its external data file" in str(e.value)
+
+
+def test_torch_export_weights_are_not_copied():
+    """torch.export: float32 weights stay in the memory torch holds (views, no copies)."""
+    torch = pytest.importorskip("torch")
+    from qlower.frontends.torch_frontend import load_exported
+
+    lin = torch.nn.Linear(16, 8)
+    ep = torch.export.export(lin.eval(), (torch.randn(2, 16),))
+    g = load_exported(ep, fold=False)
+    consts = [v for v in g.iter_consts() if v.data.shape == (8, 16)]
+    assert consts and any(np.shares_memory(v.data, p.detach().numpy()) for v in consts
+                          for p in ep.state_dict.values())
