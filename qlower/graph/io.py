@@ -200,6 +200,8 @@ class _Loader:
                 shape = None
             q = t.get("quant")
             quant = None if q is None else self.quant(name, q, dtype, shape)
+            if quant is not None and quant.axis is not None:
+                del t["quant"]  # the Quant has the numbers now: let the parsed lists go as loading goes on
             d = t.get("data")
             data = None if d is None else self.data(name, d, dtype, shape)
             values[name] = add_value(name, dtype, shape, quant=quant, data=data)
