@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 QLOWER := $(VENV)/bin/qlower
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench install clean
+.PHONY: demo test bench bench-model install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job: build the Qwen2-VL example graphs and lower them for HTP with the shipped rules.
+# The main job: build a whole Qwen2-style LLM (examples/build_qwen2.py: every layer, embedding, LM head,
+# KV cache in uint8, w8a16 and w4a16 weights) and the Qwen2-VL example graphs, and lower them for HTP.
 demo: $(STAMP)
+	$(PY) examples/build_qwen2.py examples --config demo --modes float,w8a16,w4a16
+	$(QLOWER) lower examples/qwen2_demo_w8a16.json --backend htp -o out/llm_w8a16 --report --verify
+	$(QLOWER) lower examples/qwen2_demo_w4a16.json --backend htp -o out/llm_w4a16 --report --verify
+	$(QLOWER) lower examples/qwen2_demo.json --backend htp -o out/llm_f16 --report --verify
 	$(PY) examples/build_qwen2vl.py examples
 	$(QLOWER) lower examples/qwen2vl_vision_block.json --backend htp -o out/vision_f16 --report --verify
 	$(QLOWER) lower examples/qwen2vl_decoder_layer.json --backend htp -o out/decoder_f16 --report --verify
@@ -31,3 +36,9 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) out build *.egg-info
+
+# Whole-model benchmark (outside the default test run): Qwen2.5-0.5B- and 1.5B-sized LLMs built from a
+# fixed seed into bench/cache/models (~15 GB on disk), lowered for HTP float16, w8a16 and w4a16,
+# peak RSS and wall time side by side with the I/O floor.
+bench-model: $(STAMP)
+	$(PY) bench/bench_model.py --configs 0.5b,1.5b

@@ -80,6 +80,7 @@ import attrs
 import numpy as np
 
 from qlower.graph.core import Graph, Value
+from qlower.graph.quantize import bounds, quantize_affine
 from qlower.graph.types import Quant
 
 FLOAT = np.dtype(np.float32)
@@ -316,17 +317,19 @@ def _uint16_for(lo: float, hi: float) -> Quant:
 
 
 def _quantize_array(data: np.ndarray, q: Quant, dtype: np.dtype) -> np.ndarray:
-    """real -> storage: clip(rint(x / scale + zero_point)) with per-axis scales broadcast along `axis`."""
-    x = np.asarray(data, dtype=np.float64)
+    """real -> storage with qlower's quantizer; symmetric signed encodings use [-127, 127]."""
     scale = np.asarray(q.scale, dtype=np.float64)
     zp = np.asarray(q.zero_point, dtype=np.float64)
+    x = np.asarray(data)
     if q.axis is not None:
         shape = [1] * x.ndim
         shape[q.axis] = -1
         scale, zp = scale.reshape(shape), zp.reshape(shape)
-    info = np.iinfo(dtype)
-    lo = info.min + 1 if q.symmetric and info.min < 0 else info.min  # symmetric signed: [-127, 127]
-    return np.clip(np.rint(x / scale + zp), lo, info.max).astype(dtype)
+    else:
+        scale, zp = scale.reshape(()), zp.reshape(())
+    lo, hi = bounds(dtype, q.bitwidth)
+    lo = lo + 1 if q.symmetric and lo < 0 else lo  # symmetric signed: [-127, 127]
+    return quantize_affine(x, scale, zp, lo, hi, dtype)
 
 
 def _weight_quant(w: np.ndarray) -> tuple[Quant, np.ndarray]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import gc
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -131,14 +131,16 @@ class LowerResult:
         if not self.ok:
             raise QlowerError(self.errors or [error("lowering produced no QNN graph")])
 
-    def save(self, outdir: str | Path, *, converter_command: str = "qlower") -> list[Path]:
-        """Write `<name>_net.json`, `<name>.cpp`, `<name>.bin` (each complete or absent)."""
+    def save(self, outdir: str | Path, *, converter_command: str = "qlower",
+             progress: Callable[[int, int], None] | None = None) -> list[Path]:
+        """Write `<name>_net.json`, `<name>.cpp`, `<name>.bin` (each complete or absent);
+        `progress(done, total)` hears of the `.bin` bytes written."""
         from qlower.qnn.artifacts import save
 
         if self.qnn is None:
             raise QlowerError(error("nothing to save: the graph was not lowered"))
         t = time.perf_counter()
-        paths = save(self.qnn, Path(outdir), converter_command=converter_command)
+        paths = save(self.qnn, Path(outdir), converter_command=converter_command, progress=progress)
         self.timings["emit"] = time.perf_counter() - t
         return paths
 

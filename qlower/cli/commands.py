@@ -20,6 +20,24 @@ def _progress(args: argparse.Namespace, text: str) -> None:
         print(f"qlower: {text}", file=sys.stderr, flush=True)
 
 
+def _byte_bar(args: argparse.Namespace, what: str):
+    """A tqdm bar on stderr for `progress(done, total)` callbacks (None when quiet or not a terminal);
+    it shows itself only once the work has taken a couple of seconds."""
+    if getattr(args, "quiet", False) or not sys.stderr.isatty():
+        return None, None
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, unit="B", unit_scale=True, unit_divisor=1024, desc=f"qlower: {what}", file=sys.stderr,
+               delay=2.0, leave=False)
+
+    def update(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+        bar.update(done - bar.n)
+
+    return bar, update
+
+
 def _write_json_atomic(path: Path, obj) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,7 +185,13 @@ def lower(args: argparse.Namespace) -> int:
     failed_verification = verification is not None and not verification.passed
     if result.ok and (not failed_verification or args.keep_artifacts):
         _progress(args, f"writing artifacts to {outdir}")
-        written = result.save(outdir, converter_command=" ".join(["qlower", "lower", *sys.argv[2:]]))
+        bar, update = _byte_bar(args, "writing .bin")
+        try:
+            written = result.save(outdir, converter_command=" ".join(["qlower", "lower", *sys.argv[2:]]),
+                                  progress=update)
+        finally:
+            if bar is not None:
+                bar.close()
     result.timings["load"] = t_load + result.timings.get("check", 0.0)  # reading includes checking the input
     result.timings["total"] = time.perf_counter() - t0
     if args.timings:

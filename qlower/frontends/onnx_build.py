@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -12,6 +13,7 @@ from qlower.diagnostics import QlowerError, error
 from qlower.frontends.onnx_qdq import QdqResult, fold_qdq
 from qlower.frontends.onnx_types import graph_dtype, narrow_ints, onnx_to_numpy
 from qlower.graph.core import Graph, Value
+from qlower.graph.lazy import LazyArray, RawSource
 from qlower.reference.onnx_kernels import EVAL_OPSET, PARAM_INPUTS
 
 # Legacy spellings renamed to the current attribute names (op, old) → new.
@@ -48,6 +50,36 @@ def _attr_value(a: Any) -> Any:
     return v
 
 
+def _initializer(t: Any, base_dir: Path | None) -> np.ndarray | LazyArray:
+    """An initializer's data; ONNX external data becomes a reference read when needed."""
+    from onnx import TensorProto, numpy_helper
+
+    if t.data_location != TensorProto.EXTERNAL:
+        return numpy_helper.to_array(t)
+    info = {e.key: e.value for e in t.external_data}
+    subject = f"tensor {t.name}"
+    if base_dir is None or "location" not in info:
+        raise _fail(f"initializer {t.name} has external data but the model was not loaded from a file",
+                    subject=subject)
+    path = base_dir / info["location"]
+    dtype = onnx_to_numpy(t.data_type)
+    if dtype is None:
+        raise _fail(f"initializer {t.name} has ONNX element type {t.data_type}, which qlower does not import",
+                    subject=subject)
+    shape = tuple(int(d) for d in t.dims)
+    size = math.prod(shape) * dtype.itemsize
+    offset = int(info.get("offset", 0))
+    try:
+        have = path.stat().st_size
+    except OSError as exc:
+        raise _fail(f"initializer {t.name}: cannot open its external data file {path}: {exc.strerror or exc}",
+                    subject=subject) from None
+    if offset + size > have or ("length" in info and int(info["length"]) < size):
+        raise _fail(f"initializer {t.name}: external data file {path} is too short ({have} bytes; needs "
+                    f"{size} at offset {offset})", subject=subject)
+    return LazyArray(RawSource(path, offset, dtype, shape), dtype, shape)
+
+
 def _constant_value(node: Any) -> np.ndarray:
     from onnx import numpy_helper
 
@@ -69,12 +101,10 @@ def _constant_value(node: Any) -> np.ndarray:
 class GraphBuilder:
     """Turns one inferred model into a Graph; holds the facts the passes share."""
 
-    def __init__(self, model: Any, opset: int) -> None:
-        from onnx import numpy_helper
-
+    def __init__(self, model: Any, opset: int, base_dir: Path | None = None) -> None:
         self.model, self.opset = model, opset
         g = model.graph
-        self.consts: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        self.consts: dict[str, np.ndarray] = {t.name: _initializer(t, base_dir) for t in g.initializer}
         self.types: dict[str, tuple[np.dtype | None, tuple[int, ...] | None]] = {}
         self.onnx_types: dict[str, int] = {}
         for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -136,7 +166,9 @@ class GraphBuilder:
             data, quant = self.qdq.quant_consts[name]
             v = graph.add_value(name, data.dtype, data.shape, quant=quant, data=data)
         elif name in self.consts and not produced:
-            data = narrow_ints(np.asarray(self.consts[name]))
+            c = self.consts[name]
+            # external data stays by reference (read when needed) unless it must be narrowed
+            data = c if isinstance(c, LazyArray) and c.dtype.kind == "f" else narrow_ints(np.asarray(c))
             if graph_dtype(data.dtype) is None:
                 raise _fail(f"constant {name} has dtype {data.dtype}, which qlower does not import",
                             subject=f"tensor {name}")

@@ -25,7 +25,9 @@ optional inputs are absent operands. QDQ pairs are folded into encodings
 Concat drops (`fold_empty`). Then everything computable from constants is
 folded with the onnx reference kernels; a graph output that folded to a
 constant gets an `onnx.Identity` of the constant as its producer (an empty
-graph output is an error).
+graph output is an error). Float initializers in ONNX external data are not
+read at load (`load_external_data=False`): they become references to their
+byte range (`qlower.graph.lazy`), read when something needs them.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def read_model(source: str | Path | Any) -> Any:
         return source
     path = Path(source)
     try:
-        return onnx.load(str(path))
+        return onnx.load(str(path), load_external_data=False)  # external weights: read lazily (onnx_build)
     except FileNotFoundError:
         raise _fail(f"no such file: {path}") from None
     except Exception as exc:  # protobuf decode errors and friends
@@ -86,7 +88,8 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception:  # inference is best effort; missing shapes are reported below
         inferred = model
-    builder = GraphBuilder(inferred, opset)
+    base_dir = None if isinstance(source, onnx.ModelProto) else Path(source).parent
+    builder = GraphBuilder(inferred, opset, base_dir=base_dir)
     graph = builder.build()
     from qlower.frontends.fold import fold_constants, fold_empty, produce_constant_outputs
     from qlower.reference.onnx_kernels import OnnxKernels

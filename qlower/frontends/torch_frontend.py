@@ -105,7 +105,8 @@ def _static_shape(val: Any, subject: str) -> tuple[int, ...]:
 
 
 def _numpy_of(t: Any, torch: Any, subject: str) -> np.ndarray:
-    """A lifted tensor as numpy in the dialect's dtype; int64 data must fit int32."""
+    """A lifted tensor as numpy in the dialect's dtype (sharing torch's memory when the dtype is kept);
+    int64 data must fit int32."""
     t = t.detach().cpu()
     if t.dtype == torch.bfloat16:
         t = t.float()
@@ -115,7 +116,7 @@ def _numpy_of(t: Any, torch: Any, subject: str) -> np.ndarray:
         raise _fail(f"dtype {arr.dtype} has no QNN counterpart", subject=subject, code="dtype")
     if arr.dtype == np.int64 and arr.size and (arr.min() < -2**31 or arr.max() >= 2**31):
         raise _fail(f"int64 data in [{arr.min()}, {arr.max()}] does not fit int32", subject=subject, code="dtype")
-    return arr.astype(target)
+    return arr.astype(target, copy=False)  # same dtype: a view of the tensor torch holds, no copy
 
 
 class _Importer:

@@ -17,6 +17,15 @@ def _is_num(x: Any) -> bool:
     return type(x) is float or type(x) is int  # bool is excluded: its type is bool, not int
 
 
+_NUM_TYPES = frozenset({int, float})
+_INT_TYPES = frozenset({int})
+
+
+def _all_of(xs: list, types: frozenset) -> bool:
+    """Every element's exact type in `types` (one C-level pass: block encodings list millions)."""
+    return types.issuperset(map(type, xs))
+
+
 _PLAIN = frozenset({int, float, str, bool, type(None)})
 
 
@@ -69,9 +78,9 @@ def _quant_json_problems(q: dict) -> list[tuple[str, str]]:
         if zp is not None and type(zp) is not int:
             out.append(("bad-quant", "per-tensor \"zero_point\" must be an integer"))
     else:
-        if type(scale) is not list or not all(_is_num(s) for s in scale):
+        if type(scale) is not list or not _all_of(scale, _NUM_TYPES):
             out.append(("bad-quant", "per-axis \"scale\" must be a list of numbers"))
-        if zp is not None and (type(zp) is not list or not all(type(z) is int for z in zp)):
+        if zp is not None and (type(zp) is not list or not _all_of(zp, _INT_TYPES)):
             out.append(("bad-quant", "per-axis \"zero_point\" must be a list of integers"))
     for k in ("axis", "bitwidth", "block_size", "block_axis"):
         if k in q and type(q[k]) is not int:
@@ -109,18 +118,20 @@ def quant_problems(q: Quant, dtype: np.dtype, shape: Any) -> list[tuple[str, str
             want, what = want * blocks, f"{want * blocks} ({shape[q.axis]} channels × {blocks} blocks)"
         if len(q.scale) != want:
             out.append(("quant-length", f"quant has {len(q.scale)} scales; shape {list(shape)} needs {what}"))
-    for i, s in enumerate(q.scale):
-        if not (s > 0 and math.isfinite(s)):
-            out.append(("bad-scale", f"quant scale{f' {i}' if q.axis is not None else ''} is {s}; "
-                                     "scales must be positive and finite"))
-            break
+    scales = np.asarray(q.scale, dtype=np.float64)
+    bad_scale = np.flatnonzero(~((scales > 0) & np.isfinite(scales)))
+    if bad_scale.size:
+        i = int(bad_scale[0])
+        out.append(("bad-scale", f"quant scale{f' {i}' if q.axis is not None else ''} is {q.scale[i]}; "
+                                 "scales must be positive and finite"))
     bits = dtype.itemsize * 8
     if q.bitwidth is not None and not 1 <= q.bitwidth <= bits:
         out.append(("bad-quant", f"quant bitwidth {q.bitwidth} does not fit dtype {dtype}"))
     elif dtype.kind in "iu":
         b = q.bitwidth or bits
         lo, hi = (0, 2**b - 1) if dtype.kind == "u" else (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
-        bad = [z for z in q.zero_point if not lo <= z <= hi]
+        zps = np.asarray(q.zero_point, dtype=np.int64)
+        bad = zps[(zps < lo) | (zps > hi)].tolist()
         if bad:
             out.append(("bad-quant", f"zero point {bad[0]} is outside [{lo}, {hi}] for {b}-bit {dtype}"))
     return out

@@ -20,9 +20,15 @@ from typing import Any
 import attrs
 import numpy as np
 
+try:
+    import orjson as _orjson
+except ImportError:  # optional: `pip install qlower[fast]`
+    _orjson = None
+
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
 from qlower.graph.core import Graph, Value
 from qlower.graph.format import FORMAT, _PLAIN, _inline_array, _plain_list, _quant_json_problems, quant_problems
+from qlower.graph.lazy import LazyArray, NpySource, SafetensorsSource, npy_header, safetensors_header
 from qlower.graph.npz import _Npz
 from qlower.graph.save import dumps_graph, save_graph  # the saving half of the format
 from qlower.graph.types import DTYPE_ALIASES, DTYPE_NAMES, Quant
@@ -35,9 +41,23 @@ _TENSOR_KEYS = frozenset({"dtype", "shape", "quant", "data"})
 _NODE_KEYS = frozenset({"name", "op", "inputs", "outputs", "attrs"})
 _QUANT_KEYS = frozenset({"scale", "zero_point", "axis", "bitwidth", "symmetric", "block_size", "block_axis"})
 _MAX_ERRORS = 50
+_ORJSON_MIN = 1 << 20  # characters
 
 
 # ------------------------------------------------------------------ loading
+def _decode(text: str) -> Any:
+    """JSON → Python objects. Big files (graphs of 10^5+ ops, block encodings) go through orjson
+    when it is installed (several times faster); what orjson refuses (NaN/Infinity) and every
+    error (for json's line:col) go through json. orjson reads an integer literal beyond 64 bits as
+    a float, so on big files such a value is reported as "not an integer" rather than "too large"."""
+    if _orjson is not None and len(text) >= _ORJSON_MIN:
+        try:
+            return _orjson.loads(text)
+        except _orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def load_graph(path: str | Path) -> Graph:
     """Read a graph file; npz references resolve against the file's folder."""
     path = Path(path)
@@ -55,7 +75,7 @@ def loads_graph(text: str, base_dir: Path | None = None, file: str = "<string>")
     gc.disable()  # a load allocates millions of acyclic objects; cyclic GC passes would dominate
     try:
         try:
-            doc = json.loads(text)
+            doc = _decode(text)
         except json.JSONDecodeError as e:
             raise QlowerError(error(f"invalid JSON: {e.msg}", span=Span.point(file, e.lineno, e.colno),
                                     code="invalid-json")) from None
@@ -82,6 +102,7 @@ class _Loader:
     base_dir: Path
     errors: list[Diagnostic] = attrs.Factory(list)
     archives: dict[str, _Npz | None] = attrs.Factory(dict)
+    headers: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = attrs.Factory(dict)  # safetensors headers
 
     # -------------------------------------------------------------- errors
     def err(self, message: str, code: str, subject: str | None = None, hint: str | None = None) -> None:
@@ -179,6 +200,8 @@ class _Loader:
                 shape = None
             q = t.get("quant")
             quant = None if q is None else self.quant(name, q, dtype, shape)
+            if quant is not None and quant.axis is not None:
+                del t["quant"]  # the Quant has the numbers now: let the parsed lists go as loading goes on
             d = t.get("data")
             data = None if d is None else self.data(name, d, dtype, shape)
             values[name] = add_value(name, dtype, shape, quant=quant, data=data)
@@ -239,6 +262,8 @@ class _Loader:
         if shape is None:
             self.err(f"tensor `{name}`: a constant needs a declared \"shape\"", "bad-shape", subject)
             return None
+        if type(d) is dict and ("npy" in d or "safetensors" in d):
+            return self.ref_data(name, d, dtype, shape)
         if type(d) is dict:
             arr = self.npz_data(name, d)
             if arr is None:
@@ -262,6 +287,58 @@ class _Loader:
                      "data-shape", subject)
             return None
         return arr
+
+    def ref_data(self, name: str, ref: dict, dtype: np.dtype, shape: list) -> LazyArray | None:
+        """A `.npy` or `.safetensors` reference: checked against the file's header, read later."""
+        subject = f"tensor {name}"
+        kind = "npy" if "npy" in ref else "safetensors"
+        file, key = ref.get(kind), ref.get("key")
+        want = {"npy"} if kind == "npy" else {"safetensors", "key"}
+        if type(file) is not str or set(ref) != want or (kind == "safetensors" and type(key) is not str):
+            form = '{"npy": FILE}' if kind == "npy" else '{"safetensors": FILE, "key": KEY}'
+            self.err(f"tensor `{name}`: a {kind} reference is {form} with string values, not {_fmt(ref)}",
+                     "bad-data", subject)
+            return None
+        path = self.base_dir / file
+        try:
+            if kind == "npy":
+                got_dtype, got_shape = npy_header(path)
+                source: Any = NpySource(path)
+            else:
+                header = self.headers.get(file)
+                if header is None:
+                    header = self.headers[file] = safetensors_header(path)
+                if key not in header:
+                    self.err(f"tensor `{name}`: safetensors file {file} has no tensor {_fmt(key)}", "data-key",
+                             subject, did_you_mean(key, header))
+                    return None
+                dname, got_shape = header[key]
+                if dname not in _DTYPES:
+                    self.err(f"tensor `{name}`: tensor {_fmt(key)} in {file} has dtype {dname}, which qlower "
+                             "does not read", "data-dtype", subject)
+                    return None
+                got_dtype, source = _DTYPES[dname], SafetensorsSource(path, key)
+        except OSError as e:
+            self.err(f"tensor `{name}`: cannot open {kind} file {path}: {e.strerror or e}", "data-file", subject)
+            return None
+        except ValueError as e:
+            self.err(f"tensor `{name}`: {path} is not a valid {kind} file: {e}", "data-file", subject)
+            return None
+        lazy = LazyArray(source, got_dtype, got_shape)
+        if got_dtype != dtype:
+            if got_dtype.kind == dtype.kind and got_dtype.itemsize == dtype.itemsize:
+                lazy = lazy.astype(dtype)  # byte order only
+            else:
+                self.err(f"tensor `{name}`: {kind} data has dtype {got_dtype} but the tensor declares {dtype}",
+                         "data-dtype", subject)
+                return None
+        if got_shape != tuple(shape):
+            if math.prod(got_shape) == 0 == math.prod(shape):
+                return lazy.reshape(shape)
+            self.err(f"tensor `{name}`: data has shape {list(got_shape)} but the declared shape is {shape}",
+                     "data-shape", subject)
+            return None
+        return lazy
 
     def npz_data(self, name: str, ref: dict) -> np.ndarray | None:
         subject = f"tensor {name}"

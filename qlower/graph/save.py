@@ -15,12 +15,13 @@ from qlower.graph.core import Graph, Value
 from qlower.graph.types import DTYPE_NAMES
 from qlower.graph.format import FORMAT, _PLAIN, _plain_list, quant_problems
 from qlower._files import write_atomic
+from qlower.graph.lazy import LazyArray, NpySource, SafetensorsSource
 from qlower.graph.npz import _npz_bytes
 
 
 def dumps_graph(graph: Graph) -> str:
     """The graph as `qlower-graph/1` text with all constant data inline."""
-    return _dump(graph, None, {})
+    return _dump(graph, None, {}, None)
 
 
 def save_graph(graph: Graph, path: str | Path, *, npz: bool | str = False) -> None:
@@ -28,19 +29,21 @@ def save_graph(graph: Graph, path: str | Path, *, npz: bool | str = False) -> No
     the JSON's folder) moves constant data into an archive written the same way."""
     path = Path(path)
     if not npz:
-        write_atomic(path, dumps_graph(graph).encode("utf-8"))
+        write_atomic(path, _dump(graph, None, {}, path.parent).encode("utf-8"))
         return
     npz_path = path.with_suffix(".npz") if npz is True else path.parent / str(npz)
     if npz_path.resolve() == path.resolve():
         raise QlowerError(error(f"the npz file {npz_path} would overwrite the graph file", code="io"))
     arrays: dict[str, np.ndarray] = {}
-    text = _dump(graph, Path(os.path.relpath(npz_path, path.parent)).as_posix(), arrays)
+    text = _dump(graph, Path(os.path.relpath(npz_path, path.parent)).as_posix(), arrays, path.parent)
     if arrays:
         write_atomic(npz_path, _npz_bytes(arrays))
     write_atomic(path, text.encode("utf-8"))
 
 
-def _dump(graph: Graph, npz_ref: str | None, arrays: dict[str, np.ndarray]) -> str:
+def _dump(graph: Graph, npz_ref: str | None, arrays: dict[str, np.ndarray], ref_dir: Path | None) -> str:
+    """`ref_dir` (the saved file's folder): data still by reference to a .npy/.safetensors file
+    stays a reference, relative to it; None writes everything inline or into the npz."""
     enc = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "), default=_json_default).encode
     key = enc  # tensor names are JSON strings
     tensors = []
@@ -49,7 +52,8 @@ def _dump(graph: Graph, npz_ref: str | None, arrays: dict[str, np.ndarray]) -> s
         if v.quant is not None:
             t["quant"] = _quant_json(v)
         if v.data is not None:
-            t["data"] = _data_json(v, npz_ref, arrays)
+            ref = _ref_json(v.data, ref_dir)
+            t["data"] = ref if ref is not None else _data_json(v, npz_ref, arrays)
         tensors.append(f"    {key(v.name)}: {enc(t)}")
     nodes = []
     for op in graph.ops:
@@ -116,6 +120,19 @@ def _quant_json(v: Value) -> dict[str, Any]:
     if q.symmetric:
         out["symmetric"] = True
     return out
+
+
+def _ref_json(data: Any, ref_dir: Path | None) -> dict[str, str] | None:
+    """The reference a lazily read constant came from, unless it was changed since (or inline is wanted)."""
+    if ref_dir is None or not isinstance(data, LazyArray) or data.steps:
+        return None
+    src = data.source
+    rel = Path(os.path.relpath(Path(src.path).resolve(), Path(ref_dir).resolve())).as_posix()
+    if isinstance(src, SafetensorsSource):
+        return {"safetensors": rel, "key": src.key}
+    if isinstance(src, NpySource):
+        return {"npy": rel}
+    return None
 
 
 def _data_json(v: Value, npz_ref: str | None, arrays: dict[str, np.ndarray]) -> Any:

@@ -26,12 +26,21 @@ def canonical_dtype(name: str) -> str | None:
     return name if name in DTYPE_NAMES else None
 
 
+_FLOAT, _INT = frozenset({float}), frozenset({int})
+
+
 def _tuple_f(v: Any) -> tuple[float, ...]:
-    return tuple(float(x) for x in np.atleast_1d(np.asarray(v, dtype=np.float64)).ravel())
+    if type(v) is list or type(v) is tuple:
+        if _FLOAT.issuperset(map(type, v)) and v:  # already Python floats: share them (block encodings are long)
+            return tuple(v)
+    return tuple(np.atleast_1d(np.asarray(v, dtype=np.float64)).ravel().tolist())  # tolist: C-speed floats
 
 
 def _tuple_i(v: Any) -> tuple[int, ...]:
-    return tuple(int(x) for x in np.atleast_1d(np.asarray(v, dtype=np.int64)).ravel())
+    if type(v) is list or type(v) is tuple:
+        if _INT.issuperset(map(type, v)) and v and -(2**63) <= min(v) and max(v) < 2**63:
+            return tuple(v)
+    return tuple(np.atleast_1d(np.asarray(v, dtype=np.int64)).ravel().tolist())
 
 
 @attrs.frozen

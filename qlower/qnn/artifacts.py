@@ -32,30 +32,40 @@ def artifact_names(graph_name: str) -> tuple[str, str, str]:
 
 
 def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
-         copyright_str: str = "") -> list[Path]:
+         copyright_str: str = "", progress: Callable[[int, int], None] | None = None) -> list[Path]:
     """Write `<name>_net.json`, `<name>.cpp` and `<name>.bin` into `outdir`; return their paths.
 
     `converter_command` is recorded in the JSON and the `.cpp` header (pass the
     qlower command line that produced the graph). Output is byte-identical for
-    identical input. Raises QlowerError if the graph cannot be written.
+    identical input. Raises QlowerError if the graph cannot be written. `progress(done, total)`
+    hears of the `.bin` data bytes as they are written.
     """
     enabled = gc.isenabled()
     gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
     try:
-        return _save(graph, Path(outdir), converter_command, copyright_str)
+        return _save(graph, Path(outdir), converter_command, copyright_str, progress)
     finally:
         if enabled:
             gc.enable()
 
 
-def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: str) -> list[Path]:
+def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: str,
+          progress: Callable[[int, int], None] | None = None) -> list[Path]:
     layout = emit_bin.plan(graph)
+    tick = None
+    if progress is not None:
+        total, done = emit_bin.static_bytes(layout), [0]
+
+        def tick(n: int) -> None:
+            done[0] += n
+            progress(done[0], total)
     text_args = {"converter_command": converter_command, "copyright_str": copyright_str, "layout": layout}
     writers: list[tuple[str, Callable[[BinaryIO], None]]] = [
         (name, fn) for name, fn in zip(artifact_names(graph.name), (
             lambda f: emit_json.write(graph, f, **text_args),
             lambda f: emit_cpp.write(graph, f, **text_args),
-            lambda f: emit_bin.write(graph, f, layout),
+            (lambda f: emit_bin.write(graph, f, layout)) if tick is None
+            else (lambda f: emit_bin.write(graph, f, layout, tick)),
         ))
     ]
     try:

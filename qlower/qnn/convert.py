@@ -17,19 +17,22 @@ import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph, Op, Value
+from qlower.graph.lazy import LazyArray
 from qlower.graph.types import Quant
 from qlower.qnn.datatypes import DataType, from_numpy
 from qlower.qnn.model import EncodingKind, OpConfig, Origin, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, \
     TensorParam, TensorType
 
 
-def encoding_of(q: Quant, dtype: np.dtype) -> QuantEncoding:
-    """Framework encoding → QNN encoding (offset = −zero_point)."""
-    offsets = tuple(-z for z in q.zero_point)
+def encoding_of(q: Quant, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> QuantEncoding:
+    """Framework encoding → QNN encoding (offset = −zero_point). A block encoding needs the
+    tensor's `shape` to tell channels from blocks when it lists a zero point per block."""
+    offsets = tuple((-np.asarray(q.zero_point, dtype=np.int64)).tolist())  # C speed: block encodings are long
     storage_bits = np.dtype(dtype).itemsize * 8
     narrowed = q.bitwidth is not None and q.bitwidth != storage_bits
     if q.block_size is not None:
-        return _blockwise(q, offsets)
+        channels = shape[q.axis] if shape is not None and q.axis is not None and q.axis < len(shape) else None
+        return _blockwise(q, offsets, channels)
     if q.axis is None:
         if narrowed:
             return QuantEncoding(EncodingKind.BW_SCALE_OFFSET, q.scale[:1], offsets[:1], bitwidth=q.bitwidth)
@@ -39,19 +42,23 @@ def encoding_of(q: Quant, dtype: np.dtype) -> QuantEncoding:
     return QuantEncoding(EncodingKind.AXIS_SCALE_OFFSET, q.scale, offsets, axis=q.axis)
 
 
-def _blockwise(q: Quant, offsets: tuple[int, ...]) -> QuantEncoding:
+def _blockwise(q: Quant, offsets: tuple[int, ...], channels: int | None = None) -> QuantEncoding:
     """LPBQ: per-block float scales → per-channel scale × 4-bit integer block scales."""
-    channels = len(offsets) if q.axis is not None else 1
+    if channels is None:
+        channels = len(offsets) if q.axis is not None else 1
+    if len(offsets) == len(q.scale) and channels:  # a zero point per block: QNN keeps one per channel
+        offsets = offsets[::len(q.scale) // channels]
     scales = np.asarray(q.scale, dtype=np.float64).reshape(channels, -1)
     block_bits = 4
     top = (1 << block_bits) - 1
     per_channel = scales.max(axis=1) / top
     per_channel[per_channel == 0] = 1.0
     blocks = np.clip(np.rint(scales / per_channel[:, None]), 1, top).astype(int)
-    return QuantEncoding(EncodingKind.BLOCKWISE_EXPANSION, tuple(per_channel), offsets[:channels] or (0,) * channels,
+    return QuantEncoding(EncodingKind.BLOCKWISE_EXPANSION, tuple(per_channel.tolist()),
+                         offsets[:channels] or (0,) * channels,
                          axis=q.axis if q.axis is not None else 0, bitwidth=q.bitwidth,
                          num_blocks_per_axis=int(scales.shape[1]), block_scale_bitwidth=block_bits,
-                         block_scales=tuple(tuple(int(b) for b in row) for row in blocks))
+                         block_scales=tuple(map(tuple, blocks.tolist())))
 
 
 def _datatype(v: Value) -> DataType:
@@ -151,16 +158,16 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
         dims = tuple(v.shape) if v.shape else (1,)
         data = None
         if ttype is STATIC:
-            data = np.asarray(v.data)
+            data = v.data if isinstance(v.data, LazyArray) else np.asarray(v.data)  # by reference: read when written
             if data.ndim == 0:
                 data = data.reshape(1)
         q, dtype = v.quant, v.dtype
         enc = None
         if q is not None:
             # keyed by identity (the graph keeps every Quant alive for the call; the entry keeps it too)
-            hit = encodings.get((id(q), dtype))
+            hit = encodings.get((id(q), dtype, dims))
             if hit is None:
-                hit = encodings[(id(q), dtype)] = (q, encoding_of(q, dtype))
+                hit = encodings[(id(q), dtype, dims)] = (q, encoding_of(q, dtype, v.shape))
             enc = hit[1]
         dkey = (dtype, q is not None)
         dt = datatypes.get(dkey)

@@ -19,6 +19,7 @@ import attrs
 import numpy as np
 
 from qlower.diagnostics import QlowerError, error
+from qlower.graph.lazy import LazyArray
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import EncodingKind, QnnGraph, QnnTensor, TensorParam, TensorType
 
@@ -204,11 +205,13 @@ def _check_encoding(t: QnnTensor, subject: str) -> None:
                         "block_scales", subject)
         if not 0 < e.block_scale_bitwidth <= 16:
             raise _fail(f"block_scale_bitwidth {e.block_scale_bitwidth} is not in 1..16", subject)
-        rows = [tuple(r) for r in e.block_scales]
+        rows = e.block_scales
         limit = 1 << (8 if e.block_scale_bitwidth <= 8 else 16)
-        if len(rows) != len(e.scales) or any(len(r) != e.num_blocks_per_axis for r in rows):
+        n = e.num_blocks_per_axis
+        if len(rows) != len(e.scales) or any(len(r) != n for r in rows):
             raise _fail(f"block_scales must be [{len(e.scales)}][{e.num_blocks_per_axis}]", subject)
-        if any(not (0 <= int(v) < limit) for r in rows for v in r):
+        # millions of entries on a 4-bit LLM: min/max over the rows at C speed
+        if rows and n and (min(map(min, rows)) < 0 or max(map(max, rows)) >= limit):
             raise _fail("block scale does not fit its storage", subject)
     elif any(f is not None for f in block_fields):
         raise _fail(f"{k.name} must not set block fields", subject)
@@ -317,6 +320,12 @@ def plan(graph: QnnGraph) -> Layout:
                   op_types=tuple(sorted(op_types)), produced=produced, shapes=shapes)
 
 
+def static_bytes(layout: Layout) -> int:
+    """Data bytes the `.bin` will hold (for progress reporting)."""
+    return sum(layout.shapes[t.dims][1] * _STORAGE.get(t.datatype, np.dtype(np.uint8)).itemsize
+               for t in layout.statics)
+
+
 def raw_array(tensor: QnnTensor) -> np.ndarray:
     """The tensor's data as the `.raw` file holds it: dense, C order, little-endian (a view when possible)."""
     data = np.ascontiguousarray(storage(tensor))
@@ -365,10 +374,12 @@ class _Headers:
                          b"%06o\0 " % chk, self.rest))
 
 
-def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None) -> None:
+def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None,
+          progress: Callable[[int], None] | None = None) -> None:
     """Stream the `.bin` tar with reproducible headers (mtime 0, root, 0644, sorted members).
 
-    Byte for byte what `tarfile` writes in PAX format, one tensor in memory at a time.
+    Byte for byte what `tarfile` writes in PAX format, one tensor in memory at a time
+    (data by reference: one slice of it). `progress(n)` hears of every n data bytes written.
     """
     layout = layout or plan(graph)
     cname = layout.cnames.get
@@ -377,12 +388,28 @@ def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None) -> N
     out = fileobj.write
     offset = 0
     for member, i in members:
-        data = raw_array(layout.statics[i])
-        size = data.nbytes
-        head = header(member, size)
-        out(head)
-        if size:
-            out(data.reshape(-1).view(np.uint8))
+        t = layout.statics[i]
+        if isinstance(t.data, LazyArray):  # by reference: read, convert and write a slice at a time
+            lazy = storage(t)
+            size = lazy.nbytes
+            head = header(member, size)
+            out(head)
+            little = lazy.dtype.newbyteorder("<")
+            for part in lazy.chunks():
+                out((part if part.dtype == little else part.astype(little)).view(np.uint8))
+                if progress is not None:
+                    progress(part.nbytes)
+                del part
+        else:
+            data = raw_array(t)
+            size = data.nbytes
+            head = header(member, size)
+            out(head)
+            if size:
+                out(data.reshape(-1).view(np.uint8))
+                if progress is not None:
+                    progress(size)
+            del data
         pad = -size % _BLOCK
         if pad:
             out(bytes(pad))

@@ -10,6 +10,7 @@ are `QNN_TENSOR_VERSION_2` initialisers; static data is reached through the
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import re
 from typing import BinaryIO
@@ -116,7 +117,7 @@ def _quant(t: QnnTensor, c: str) -> tuple[list[str], str]:
     assert e.block_scale_bitwidth is not None
     wide = e.block_scale_bitwidth > 8
     ctype, member = ("uint16_t", "blocksScale16") if wide else ("uint8_t", "blocksScale8")
-    flat = ", ".join(str(int(v)) for row in e.block_scales for v in row)
+    flat = ", ".join(map(str, map(int, itertools.chain.from_iterable(e.block_scales))))
     decls = [f"Qnn_ScaleOffset_t scaleOffsets_{c}[] = {{{pairs}}};",
              f"{ctype} blockScales_{c}[] = {{{flat}}};",
              f"Qnn_BlockwiseExpansion_t blockwise_{c} = {{.axis= {e.axis}, .scaleOffsets= scaleOffsets_{c}, "

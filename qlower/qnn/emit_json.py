@@ -88,7 +88,7 @@ def quant_params(enc: QuantEncoding | None) -> dict[str, Any]:
             "num_blocks_per_axis": enc.num_blocks_per_axis,
             "block_scale_bitwidth": enc.block_scale_bitwidth,
             "block_scale_storage_type": 0 if enc.block_scale_bitwidth <= 8 else 1,
-            "block_scales": [[int(v) for v in row] for row in enc.block_scales]}
+            "block_scales": [list(map(int, row)) for row in enc.block_scales]}
     else:
         raise ValueError(f"cannot write encoding kind {k.name}")
     if enc.bitwidth is not None and "bitwidth" not in body:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qlower.graph.quantize import quantize_affine
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import EncodingKind, QuantEncoding
 
@@ -126,14 +127,12 @@ def dequantize(q: np.ndarray, enc: QuantEncoding, dtype: np.dtype | DataType | s
 
 
 def quantize(real: np.ndarray, enc: QuantEncoding, dtype: np.dtype | DataType | str) -> np.ndarray:
-    """Real values to fixed point: q = clip(rint(real / scale) − offset) in `dtype`'s storage."""
-    real = np.asarray(real, dtype=np.float64)
+    """Real values to fixed point: q = clip(rint(real / scale) − offset) in `dtype`'s storage
+    (the quantizer lowering uses too: `qlower.graph.quantize`)."""
+    real = np.asarray(real)
     lo, hi = bit_range(dtype, enc)
     scale, offset = scale_offset(enc, real.shape)
-    with np.errstate(invalid="ignore", over="ignore"):
-        q = np.rint(real / scale) - offset
-    q = np.clip(np.nan_to_num(q, nan=0.0, posinf=hi, neginf=lo), lo, hi)
-    return q.astype(_storage(dtype)[0])
+    return quantize_affine(real, scale, -offset, lo, hi, _storage(dtype)[0])
 
 
 def float_to_bfloat16_bits(x: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray],
         env[id(v)] = arr
     for v in graph.values:
         if v.data is not None:
-            env[id(v)] = (dequantize(v.data, encoding_of(v.quant, v.dtype), v.dtype).astype(np.float32)
+            env[id(v)] = (dequantize(v.data, encoding_of(v.quant, v.dtype, v.shape), v.dtype).astype(np.float32)
                           if v.quant is not None else v.data)
     for op in graph.topo_order():
         dialect, _, name = op.type.partition(".")

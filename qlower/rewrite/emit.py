@@ -13,6 +13,7 @@ import numpy as np
 
 from qlower.diagnostics import Span
 from qlower.graph.core import Graph, Op, Provenance, Value
+from qlower.graph.quantize import quantize_real  # the one quantizer (shared with the reference)
 from qlower.graph.types import Quant, canonical_dtype
 from qlower.lang import ast
 from qlower.qnn.params import ParamError, coerce_param
@@ -92,19 +93,6 @@ def _as_tensor(data: Any, dtype: str | None) -> np.ndarray:
     if arr.dtype == np.float64:
         return arr.astype(np.float32)
     return arr
-
-
-def quantize_real(real: np.ndarray, q: Quant, dtype: np.dtype) -> np.ndarray:
-    """Real values → integers of `dtype` under a per-tensor or per-axis encoding."""
-    scale = np.asarray(q.scale, np.float64)
-    zp = np.asarray(q.zero_point, np.float64)
-    real = np.asarray(real, np.float64)
-    if q.axis is not None and scale.size > 1:
-        shape = [1] * real.ndim
-        shape[q.axis] = -1
-        scale, zp = scale.reshape(shape), zp.reshape(shape)
-    info = np.iinfo(dtype)
-    return np.clip(np.rint(real / scale + zp), info.min, info.max).astype(dtype)
 
 
 def resolve_encoding(enc: Any, dtype: np.dtype) -> Quant | None:

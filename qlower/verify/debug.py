@@ -273,7 +273,7 @@ def run_source(graph: Graph, inputs: Mapping[str, np.ndarray],
     def value_of(v) -> np.ndarray:
         got = vals.get(v.name)
         if got is None and v.data is not None:
-            got = vals[v.name] = (dequantize(v.data, encoding_of(v.quant, v.dtype), v.dtype).astype(np.float32)
+            got = vals[v.name] = (dequantize(v.data, encoding_of(v.quant, v.dtype, v.shape), v.dtype).astype(np.float32)
                                   if v.quant is not None else v.data)
         if got is None:
             raise QlowerError(error("value is used before it is computed", subject=f"tensor {v.name}",
@@ -287,7 +287,7 @@ def run_source(graph: Graph, inputs: Mapping[str, np.ndarray],
             raise QlowerError(error(f"no reference kernel for {op.type}", subject=f"node {op.name}",
                                     code="no-kernel"))
         args = [value_of(v) if v is not None else None for v in op.operands]
-        outs = [OutSpec(r.shape, r.dtype, encoding_of(r.quant, r.dtype) if r.quant is not None else None)
+        outs = [OutSpec(r.shape, r.dtype, encoding_of(r.quant, r.dtype, r.shape) if r.quant is not None else None)
                 for r in op.results]
         try:
             results = kernel(args, op.attrs, outs)
@@ -363,7 +363,7 @@ def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], 
             raise QlowerError(error("no value given for this graph input", subject=f"tensor {v.name}",
                                     code="missing-input"))
         arr = np.asarray(inputs[v.name])
-        real_in[v.name] = (dequantize(arr, encoding_of(v.quant, v.dtype), v.dtype)
+        real_in[v.name] = (dequantize(arr, encoding_of(v.quant, v.dtype, v.shape), v.dtype)
                            if v.quant is not None and arr.dtype.kind in "iu" else arr)
     ref = run_source(source, real_in, kernels)
     feed = {n: inputs[n] for n in qnn.inputs if n in inputs}

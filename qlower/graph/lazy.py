@@ -1,0 +1,278 @@
+"""Constant data read only when something needs it, and released when it is done.
+
+A `LazyArray` stands in for a constant's numpy array: it knows its dtype and
+shape (read from the file's header at load time) but holds no bytes. Reading
+it (`np.asarray`, any numpy function or operator, any ndarray attribute)
+reads the file then and returns a fresh array that the caller owns, so the
+bytes live only as long as that use. `astype` and `reshape` are recorded, not
+done, which is how lowering retypes a model's weights to float16 without
+holding them. Writers that can take data in pieces (`chunks`) get it a slice
+of rows at a time, so even the largest tensor is never whole in memory.
+
+Sources: `.npy` files (memory-mapped) and tensors in `.safetensors` files
+(read with the `safetensors` package).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
+
+CHUNK_BYTES = 16 << 20  # a slice `chunks` reads at once
+
+
+@attrs.frozen
+class NpySource:
+    """A whole `.npy` file, memory-mapped on each read (unmapped when the array is dropped)."""
+
+    path: Path
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def read(self) -> np.ndarray:
+        return np.load(self.path, mmap_mode="r", allow_pickle=False)
+
+    def rows(self, i: int, j: int) -> np.ndarray:
+        mm = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        try:
+            return np.array(mm[i:j])  # a copy: the mapping (and its resident pages) goes with `mm`
+        finally:
+            del mm
+
+
+@attrs.frozen
+class SafetensorsSource:
+    """One tensor of a `.safetensors` file; each read opens the file and closes it again."""
+
+    path: Path
+    key: str
+
+    def describe(self) -> str:
+        return f"{self.path}[{self.key}]"
+
+    def read(self) -> np.ndarray:
+        from safetensors import safe_open
+
+        with safe_open(str(self.path), framework="numpy") as f:
+            return f.get_tensor(self.key)
+
+    def rows(self, i: int, j: int) -> np.ndarray:
+        from safetensors import safe_open
+
+        with safe_open(str(self.path), framework="numpy") as f:
+            return f.get_slice(self.key)[i:j]
+
+
+_NPY_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
+               "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
+               "BOOL": "bool"}
+
+
+def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """key → (numpy dtype name or the file's own name when numpy has none, shape), from the
+    header alone (8-byte length + JSON): no tensor bytes are read."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise ValueError("file too short for a safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > 100 << 20:
+            raise ValueError(f"header length {n} is implausible")
+        raw = f.read(n)
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"header is not JSON: {e}") from None
+    if type(doc) is not dict:
+        raise ValueError("header is not a JSON object")
+    out = {}
+    for k, v in doc.items():
+        if k == "__metadata__" or type(v) is not dict:
+            continue
+        out[k] = (_NPY_DTYPES.get(v.get("dtype"), str(v.get("dtype"))), tuple(int(d) for d in v.get("shape", ())))
+    return out
+
+
+def npy_header(path: Path) -> tuple[np.dtype, tuple[int, ...]]:
+    """dtype and shape of a `.npy` file from its header."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    if fortran or dtype.hasobject:
+        raise ValueError("Fortran-ordered and object arrays are not supported")
+    return dtype, tuple(shape)
+
+
+class LazyArray(NDArrayOperatorsMixin):
+    """A constant's data by reference (see the module docstring); numpy reads it on use."""
+
+    __slots__ = ("source", "dtype", "shape", "steps", "origin")
+
+    def __init__(self, source: Any, dtype: np.dtype, shape: tuple[int, ...],
+                 steps: tuple[tuple[str, Any], ...] = (), origin: tuple[int, ...] | None = None) -> None:
+        self.source = source
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(d) for d in shape)
+        self.steps = steps
+        self.origin = self.shape if origin is None else origin  # the source's own shape
+
+    # ------------------------------------------------------------ ndarray facts (no reading)
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"LazyArray({self.source.describe()}: {self.dtype}{list(self.shape)})"
+
+    # ------------------------------------------------------------ recorded, not done
+    def astype(self, dtype: Any, copy: bool = True) -> LazyArray:
+        dtype = np.dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        return LazyArray(self.source, dtype, self.shape, self.steps + (("astype", dtype),), self.origin)
+
+    def reshape(self, *shape: Any, order: str = "C") -> LazyArray:
+        if order != "C":
+            return self.read().reshape(*shape, order=order)
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        new = _resolve(self.size, shape)
+        if new == self.shape:
+            return self
+        return LazyArray(self.source, self.dtype, new, self.steps + (("reshape", new),), self.origin)
+
+    # ------------------------------------------------------------ reading
+    def read(self) -> np.ndarray:
+        """The data, read now; the caller owns (and drops) the array."""
+        arr = self.source.read()
+        for kind, arg in self.steps:
+            arr = arr.astype(arg) if kind == "astype" else arr.reshape(arg)
+        return arr
+
+    def chunks(self, max_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
+        """The data in C order as consecutive flat pieces of about `max_bytes` (row slices of the
+        source, converted one at a time)."""
+        origin = self.origin  # reshapes keep C order: the source's rows are consecutive pieces
+        if not origin or self.size == 0:
+            yield self.read().reshape(-1)
+            return
+        row = (self.size // origin[0]) * max(self.dtype.itemsize, 1)
+        step = max(1, max_bytes // max(1, row))
+        for i in range(0, origin[0], step):
+            part = self.source.rows(i, min(origin[0], i + step))
+            for kind, arg in self.steps:
+                if kind == "astype":
+                    part = part.astype(arg)
+            yield part.reshape(-1)
+            del part
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = self.read()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        inputs = tuple(_real(x) for x in inputs)
+        if "out" in kwargs:
+            kwargs["out"] = tuple(_real(x) for x in kwargs["out"])
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        return func(*_real(args), **_real(kwargs))
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.read()[key]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in LazyArray.__slots__:
+            raise AttributeError(name)
+        return getattr(self.read(), name)
+
+    def __bool__(self) -> bool:
+        return bool(self.read())
+
+    def __float__(self) -> float:
+        return float(self.read())
+
+    def __int__(self) -> int:
+        return int(self.read())
+
+
+def _resolve(size: int, shape: tuple[Any, ...]) -> tuple[int, ...]:
+    dims = [int(d) for d in shape]
+    if dims.count(-1) == 1:
+        rest = math.prod(d for d in dims if d != -1)
+        dims[dims.index(-1)] = size // rest if rest else 0
+    if math.prod(dims) != size:
+        raise ValueError(f"cannot reshape array of size {size} into shape {tuple(shape)}")
+    return tuple(dims)
+
+
+def _real(x: Any) -> Any:
+    if isinstance(x, LazyArray):
+        return x.read()
+    if type(x) is tuple or type(x) is list:
+        return type(x)(_real(y) for y in x)
+    if type(x) is dict:
+        return {k: _real(v) for k, v in x.items()}
+    return x
+
+
+def is_lazy(x: Any) -> bool:
+    return isinstance(x, LazyArray)
+
+
+@attrs.frozen
+class RawSource:
+    """Little-endian raw bytes at `offset` in a file (ONNX external data), read with plain file reads."""
+
+    path: Path
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def describe(self) -> str:
+        return f"{self.path}@{self.offset}"
+
+    def read(self) -> np.ndarray:
+        return self._read(0, math.prod(self.shape)).reshape(self.shape)
+
+    def rows(self, i: int, j: int) -> np.ndarray:
+        row = math.prod(self.shape[1:])
+        return self._read(i * row, (j - i) * row).reshape((j - i, *self.shape[1:]))
+
+    def _read(self, start: int, count: int) -> np.ndarray:
+        little = np.dtype(self.dtype).newbyteorder("<")
+        arr = np.fromfile(self.path, dtype=little, count=count, offset=self.offset + start * little.itemsize)
+        if arr.size != count:
+            raise OSError(f"{self.path}: expected {count} elements at offset {self.offset + start * little.itemsize}, "
+                          f"found {arr.size}")
+        return arr.astype(np.dtype(self.dtype).newbyteorder("="), copy=False)

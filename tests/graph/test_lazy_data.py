@@ -1,0 +1,159 @@
+"""Constants by reference (.safetensors, .npy): read when needed, released after, streamed to the .bin."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import weakref
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import qlower
+from qlower.diagnostics import QlowerError
+from qlower.graph import lazy
+from qlower.graph.io import load_graph, save_graph
+from qlower.graph.lazy import LazyArray
+
+
+def _mlp(tmp_path, layers: int = 6, width: int = 48, as_npz: bool = False):
+    """A chain of Linear layers; weights in two safetensors shards, biases in .npy files."""
+    rng = np.random.default_rng(7)
+    tensors = {"x0": {"dtype": "float32", "shape": [1, 4, width]}}
+    nodes, shards, arrays = [], [{}, {}], {}
+    for i in range(layers):
+        w = (rng.normal(size=(width, width)) * 0.1).astype(np.float32)
+        b = (rng.normal(size=(width,)) * 0.1).astype(np.float32)
+        shards[i % 2][f"layers.{i}.weight"] = w
+        np.save(tmp_path / f"b{i}.npy", b)
+        arrays[f"w{i}"], arrays[f"b{i}"] = w, b
+        if as_npz:
+            wref, bref = {"npz": "m.npz", "key": f"w{i}"}, {"npz": "m.npz", "key": f"b{i}"}
+        else:
+            wref = {"safetensors": f"model-0000{i % 2 + 1}.safetensors", "key": f"layers.{i}.weight"}
+            bref = {"npy": f"b{i}.npy"}
+        tensors[f"w{i}"] = {"dtype": "float32", "shape": [width, width], "data": wref}
+        tensors[f"b{i}"] = {"dtype": "float32", "shape": [width], "data": bref}
+        tensors[f"x{i + 1}"] = {"dtype": "float32", "shape": [1, 4, width]}
+        nodes.append({"name": f"fc{i}", "op": "mllm.Linear", "inputs": [f"x{i}", f"w{i}", f"b{i}"],
+                      "outputs": [f"x{i + 1}"]})
+    for k, shard in enumerate(shards):
+        save_file(shard, str(tmp_path / f"model-0000{k + 1}.safetensors"))
+    np.savez(tmp_path / "m.npz", **arrays)
+    doc = {"format": "qlower-graph/1", "name": "mlp", "inputs": ["x0"], "outputs": [f"x{layers}"],
+           "tensors": tensors, "nodes": nodes}
+    path = tmp_path / ("npz.json" if as_npz else "ref.json")
+    path.write_text(json.dumps(doc))
+    return path, arrays
+
+
+def test_references_load_without_reading(tmp_path, monkeypatch):
+    path, arrays = _mlp(tmp_path)
+    reads = []
+    monkeypatch.setattr(lazy.SafetensorsSource, "read", lambda self: reads.append(self) or np.zeros(1))
+    monkeypatch.setattr(lazy.NpySource, "read", lambda self: reads.append(self) or np.zeros(1))
+    g = load_graph(path)
+    assert reads == []
+    w = g.value("w3").data
+    assert isinstance(w, LazyArray) and w.shape == (48, 48) and w.dtype == np.float32
+    assert g.value("w3").is_const
+
+
+def test_references_read_the_declared_data(tmp_path):
+    path, arrays = _mlp(tmp_path)
+    g = load_graph(path)
+    for name, want in arrays.items():
+        got = g.value(name).data
+        np.testing.assert_array_equal(np.asarray(got), want)
+        np.testing.assert_array_equal(got + 1, want + 1)  # operators read too
+        np.testing.assert_array_equal(np.transpose(got), want.T)
+    half = g.value("w0").data.astype(np.float16).reshape(-1)
+    assert isinstance(half, LazyArray)
+    np.testing.assert_array_equal(np.concatenate(list(half.chunks(max_bytes=100))), want_f16 := arrays["w0"].astype(
+        np.float16).reshape(-1))
+    assert want_f16.size == half.size
+
+
+def test_save_keeps_references_relative_to_the_new_file(tmp_path):
+    path, arrays = _mlp(tmp_path)
+    g = load_graph(path)
+    (tmp_path / "sub").mkdir()
+    save_graph(g, tmp_path / "sub" / "copy.json")
+    doc = json.loads((tmp_path / "sub" / "copy.json").read_text())
+    assert doc["tensors"]["w1"]["data"] == {"safetensors": "../model-00002.safetensors", "key": "layers.1.weight"}
+    assert doc["tensors"]["b1"]["data"] == {"npy": "../b1.npy"}
+    g2 = load_graph(tmp_path / "sub" / "copy.json")
+    np.testing.assert_array_equal(np.asarray(g2.value("w1").data), arrays["w1"])
+
+
+def _bin_members(path) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(path.read_bytes())) as t:
+        return {m.name: t.extractfile(m).read() for m in t.getmembers()}
+
+
+@pytest.mark.parametrize("backend", ["htp", "cpu"])
+def test_bin_from_references_equals_bin_from_npz(tmp_path, backend):
+    ref, _ = _mlp(tmp_path)
+    npz, _ = _mlp(tmp_path, as_npz=True)
+    rules = qlower.load_rules(packs=["mllm"])
+    outs = []
+    for src in (ref, npz):
+        res = qlower.lower(load_graph(src), rules, backend=backend)
+        res.raise_for_errors()
+        out = tmp_path / f"out_{src.stem}_{backend}"
+        res.save(out)
+        outs.append(out / "mlp.bin")
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    assert len(_bin_members(outs[0])) >= 12
+
+
+def test_lowering_holds_at_most_one_weight_at_a_time(tmp_path, monkeypatch):
+    """Every array read from a reference is dropped before the next one is read."""
+    path, _ = _mlp(tmp_path, layers=8)
+    live: list[weakref.ref] = []
+    peak = [0]
+    real_rows, real_read = lazy.SafetensorsSource.rows, lazy.SafetensorsSource.read
+
+    def track(arr):
+        live.append(weakref.ref(arr))
+        peak[0] = max(peak[0], sum(r() is not None for r in live))
+        return arr
+
+    monkeypatch.setattr(lazy.SafetensorsSource, "rows", lambda self, i, j: track(real_rows(self, i, j)))
+    monkeypatch.setattr(lazy.SafetensorsSource, "read", lambda self: track(real_read(self)))
+    rules = qlower.load_rules(packs=["mllm"])
+    res = qlower.lower(load_graph(path), rules, backend="htp")
+    res.raise_for_errors()
+    res.save(tmp_path / "out")
+    assert len(live) >= 8  # every weight was read, by the .bin writer
+    assert peak[0] == 1
+
+
+def test_reference_errors(tmp_path):
+    path, _ = _mlp(tmp_path, layers=2)
+    doc = json.loads(path.read_text())
+    t = doc["tensors"]
+    t["w0"]["data"] = {"safetensors": "model-00001.safetensors", "key": "layers.0.weigth"}
+    t["w1"]["data"] = {"safetensors": "missing.safetensors", "key": "k"}
+    t["b0"]["data"] = {"npy": "b0.npy", "key": "x"}
+    t["b1"]["shape"] = [47]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc, indent=1))
+    with pytest.raises(QlowerError) as e:
+        load_graph(bad)
+    by = {d.subject: d for d in e.value.diagnostics}
+    assert by["tensor w0"].code == "data-key" and "layers.0.weight" in by["tensor w0"].hint
+    assert by["tensor w1"].code == "data-file"
+    assert by["tensor b0"].code == "bad-data"
+    assert by["tensor b1"].code == "data-shape"
+    assert all(d.span is not None and d.span.line > 1 for d in e.value.diagnostics)
+    t["w0"]["data"] = {"safetensors": "model-00001.safetensors", "key": "layers.0.weight"}
+    t["w0"]["dtype"] = "float16"
+    t["w1"]["data"], t["b0"]["data"], t["b1"]["shape"] = {"npy": "b1.npy"}, {"npy": "b0.npy"}, [48]
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(QlowerError) as e:
+        load_graph(bad)
+    codes = {d.subject: d.code for d in e.value.diagnostics}
+    assert codes == {"tensor w0": "data-dtype", "tensor w1": "data-shape"}
