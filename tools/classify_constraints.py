@@ -30,6 +30,8 @@ NOT_MODELLED = {
                           "category membership the documentation does not define",
     "empty": "the documentation's bullet is empty",
     "unmapped-target": "names an input, output or param the master definition does not have",
+    "duplicate-config": "the supplement lists this configuration in two table rows with conflicting limits; "
+                        "qlower keeps the first row's",
     "other": "free-text constraint qlower does not interpret",
 }
 
@@ -89,7 +91,7 @@ class Classifier:
     # -------------------------------------------------------------- main
 
     def classify(self, text: str, target: str, kind: str = "constraint") -> tuple[list[dict[str, Any]], str | None]:
-        """(checks, None) when modelled, ([], category) when not."""
+        """(checks, None) when modelled, ([], category) when not, (checks, category) when partly modelled."""
         t = re.sub(r"\s+", " ", text).strip()
         if kind == "support":
             m = re.fullmatch(r"Param (\S+) only supports default value", t)
@@ -102,7 +104,8 @@ class Classifier:
                    self.same, self.value):
             found = fn(t, target)
             if found:
-                return found, None
+                rest = self.category(t) if fn == self.static and "quantiz" in t.lower() else None
+                return found, rest
         return [], self.category(t)
 
     def category(self, t: str) -> str:
@@ -228,6 +231,13 @@ class Classifier:
         m = re.search(r"If datatype is (QNN_DATATYPE_\w+), then input must be static", t)
         if m:
             return [{"kind": "static", "target": target, "when": {"datatypes": [m.group(1)]}}]
+        # compound quantization bullets: the static part is modelled, the rest is not (see `partial`)
+        m = re.match(r"(QNN_DATATYPE_\w+) data is supported if .*must be static in this case", t)
+        if m:
+            return [{"kind": "static", "target": target, "when": {"datatypes": [m.group(1)]}}]
+        m = re.search(r"must be static (?:when|if) using QNN_QUANTIZATION_ENCODING_(\w+)", t)
+        if m:
+            return [{"kind": "static", "target": target, "encoding": m.group(1)}]
         return []
 
     def defaults(self, t: str, target: str) -> list[dict[str, Any]]:

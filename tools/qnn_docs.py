@@ -127,6 +127,7 @@ class DocConstraint:
     target: str  # in[0], out[0], a param name, or "" (op-level Support bullet)
     text: str
     kind: str = "constraint"  # constraint or support
+    row: int = 0  # row of the table it is in (a few tables list one configuration in two rows)
 
     @property
     def digest(self) -> str:
@@ -149,14 +150,14 @@ def read_supplement(path: Path, backend: str) -> dict[str, dict[str, Any]]:
                         cells = [clean(c.text()) for c in r]
                         info["datatypes"].append(dict(zip(head, cells)))
                 elif title in ("Constraints", "Support"):
-                    for r in rows:
+                    for n, r in enumerate(rows):
                         if not r:
                             continue
                         config = clean(r[0].text())
                         for col, cell in zip(head[1:], r[1:]):
                             for b in _bullets(cell):
                                 kind = "constraint" if title == "Constraints" else "support"
-                                info[title.lower()].append(DocConstraint(backend, name, config, col, b, kind))
+                                info[title.lower()].append(DocConstraint(backend, name, config, col, b, kind, n))
     return ops
 
 

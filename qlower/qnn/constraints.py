@@ -27,7 +27,7 @@ KINDS = {
     "datatype": ((), ("allowed", "forbidden")),
     "operation": ((), ("allowed", "forbidden")),
     "value": ((), ("min", "max", "min_exclusive", "max_exclusive", "equals", "one_of", "not_one_of")),
-    "static": ((), ()),
+    "static": ((), ("encoding",)),
     "only_default": ((), ()),
     "absent": ((), ()),
     "required": ((), ()),
@@ -105,6 +105,7 @@ class ConstraintItem:
     checks: tuple[Check, ...] = ()
     not_modelled: str | None = None
     section: str = "constraint"
+    partly_not_modelled: str | None = None
 
 
 @attrs.frozen
@@ -257,12 +258,15 @@ def parse_constraints(data: Any, where: str) -> tuple[ConstraintSet | None, list
                     items.append(ConstraintItem(ref, config, it.get("doc_target", ""), (), why,
                                                 it.get("section", "constraint")))
                     continue
+                partly = it.get("partly_not_modelled")
+                if partly is not None and partly not in reasons:
+                    ck.fail(f"{ipath}.partly_not_modelled", f"reason {partly!r} is not in $.not_modelled_reasons")
                 checks = [ck.check(c, f"{ipath}.checks[{j}]", config, ref, skip)
                           for j, c in enumerate(ck.lst(it["checks"], f"{ipath}.checks"))]
                 if not checks:
                     ck.fail(f"{ipath}.checks", "is empty")
                 items.append(ConstraintItem(ref, config, it.get("doc_target", ""), tuple(c for c in checks if c),
-                                            None, it.get("section", "constraint")))
+                                            None, it.get("section", "constraint"), partly))
             ops[(op, backend.lower())] = OpConstraints(tuple(rows), tuple(items))
     if ck.diags:
         return None, ck.diags

@@ -117,11 +117,15 @@ def _plan(registry: OpDefRegistry, opdef: OpDef, backend: str) -> _Plan:
     kinds = {"Input": {io.name for io in opdef.inputs}, "Output": {io.name for io in opdef.outputs}}
     others = []
     for c in registry.checks(opdef.name, backend, opdef.package):
-        if c.kind in ("static", "only_default") and c.when == type(c.when)() and c.target:
+        w = c.when
+        plain = w.operations is None and not w.except_operations and not w.except_datatypes \
+            and w.min_rank is None and w.max_rank is None and (w.datatypes is None or len(w.datatypes) == 1)
+        if c.kind in ("static", "only_default") and plain and c.target:
             kind = next((k for k, names in kinds.items() if c.target in names), "Parameter")
             t = targets.get(c.target) or TargetSupplement(kind, c.target)
             if c.kind == "static":
-                t = attrs.evolve(t, static=t.static + (StaticRule(c.config),))
+                dt = next(iter(w.datatypes)) if w.datatypes else None
+                t = attrs.evolve(t, static=t.static + (StaticRule(c.config, dt, c.get("encoding")),))
             else:
                 t = attrs.evolve(t, only_default=t.only_default + (c.config,))
             targets[c.target] = t
@@ -733,11 +737,14 @@ class _OpCheck:
                     self.err("param-value", f"param `{c.target}` = {_show(value)} {bad} on "
                                             f"{'QNN' if c.get('_master') else label}{cfg}{cond}")
                 continue
-            for kind, i, t in bound.get(c.target or "", []):
+            tensors = [(f"{kind}[{i}] `{self.name(kind, i, t.name)}`", t) for kind, i, t in bound.get(c.target or "", [])]
+            p = params.get(c.target or "")
+            if isinstance(p, TensorParam):
+                tensors.append((f"param `{p.name}`", p.tensor))
+            for where, t in tensors:
                 rank = len(t.dims)
                 if not c.when.holds(operation, t.datatype, rank):
                     continue
-                where = f"{kind}[{i}] `{self.name(kind, i, t.name)}`"
                 if c.kind == "rank":
                     lo, hi, ranks = c.get("min"), c.get("max"), c.get("ranks")
                     ok = (lo is None or rank >= lo) and (hi is None or rank <= hi) and (ranks is None or rank in ranks)
@@ -745,10 +752,9 @@ class _OpCheck:
                             and t.dims[0] == 1:
                         ok = True
                     if not ok:
-                        want = sorted(ranks) if ranks is not None else (
-                            f"{lo}" if lo == hi else f"{'' if lo is None else lo}..{'' if hi is None else hi}")
+                        want = "rank " + "/".join(map(str, sorted(ranks))) if ranks is not None else str(RankLimit(min=lo, max=hi))
                         extra = "; lower ranks only with outermost dimension 1" if c.get("lower_if_leading_one") else ""
-                        self.err("rank", f"{where} has rank {rank}; {d.name} supports rank {want}{extra} on "
+                        self.err("rank", f"{where} has rank {rank}; {d.name} supports {want}{extra} on "
                                          f"{label}{cfg}{cond}")
                 elif c.kind == "datatype":
                     allowed, forbidden = c.get("allowed"), c.get("forbidden") or frozenset()
@@ -759,7 +765,8 @@ class _OpCheck:
                             text = f"must be {' or '.join(x.name for x in sorted(allowed))}" if allowed is not None \
                                 else f"must not be {t.datatype.name}"
                         self.err("datatype", f"{where} is {t.datatype.name}; {d.name} {text} on {label}{cfg}{cond}")
-                elif c.kind in ("same_datatype", "same_rank"):
+                elif c.kind in ("same_datatype", "same_rank") and not (c.kind == "same_datatype" and plan.rows
+                                                                       and not matched):
                     for okind, oi, other in bound.get(c.get("as"), [])[:1]:
                         if c.kind == "same_datatype" and t.datatype != other.datatype:
                             self.err("datatype", f"{where} is {t.datatype.name} but must have the datatype of "
