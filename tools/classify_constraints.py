@@ -147,7 +147,7 @@ class Classifier:
             return [chk(_ORDINAL[m.group(1)], max=int(m.group(2)))]
         m = re.fullmatch(r"max supported (?:input |output |index |sparse input |sparse output )?rank is (\d+)"
                          r"(?:\. except for (.+) which support max (?:input|output) rank of (\d+)"
-                         r"| ?\(except (\w+) supports rank (\d+)\))?", low)
+                         r"|\.? ?\(except (\w+) supports rank (\d+)\))?", low)
         if m:
             base = int(m.group(1))
             names, other = (m.group(2), m.group(3)) if m.group(2) else (m.group(4), m.group(5))
@@ -320,6 +320,9 @@ class Classifier:
         m = re.fullmatch(r"(?:shape: |datatype: )?(?:same rank as|rank must be equal to) ((?:in|out)\[\d+\])", low)
         if m:
             return [{"kind": "same_rank", "target": target, "as": m.group(1)}]
+        m = re.fullmatch(r"(?:shape: )?same (?:shape )?as ((?:in|out)\[\d+\])", low)
+        if m:
+            return [{"kind": "same_shape", "target": target, "as": m.group(1)}]
         return []
 
     # -------------------------------------------------------------- values

@@ -33,6 +33,7 @@ KINDS = {
     "required": ((), ()),
     "same_datatype": (("as",), ()),
     "same_rank": (("as",), ()),
+    "same_shape": (("as",), ()),
 }
 _NEEDS_TARGET = set(KINDS) - {"operation"}
 WHEN_KEYS = ("operations", "except_operations", "datatypes", "except_datatypes", "min_rank", "max_rank")

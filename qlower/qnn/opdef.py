@@ -566,6 +566,10 @@ class _Builder:
             for el in oplist.findall("OpDef"):
                 if (d := reader.opdef(el, package)) is not None:
                     self._add_op(d, str(path), reader)
+                    # an op package's OpDef may name its backends itself (QNN's CustomOpDefType)
+                    for be in el.findall("SupportedBackend"):
+                        if (be.text or "").strip():
+                            self.supported.setdefault((package, be.text.strip().lower()), set()).add(d.name)
         for slist in slists:
             backend = (slist.get("Backend") or "").strip().lower()
             if not backend:

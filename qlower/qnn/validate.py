@@ -741,6 +741,11 @@ class _OpCheck:
             p = params.get(c.target or "")
             if isinstance(p, TensorParam):
                 tensors.append((f"param `{p.name}`", p.tensor))
+            elif isinstance(p, ScalarParam) and c.kind == "datatype":
+                allowed, forbidden = c.get("allowed"), c.get("forbidden") or frozenset()
+                if (allowed is not None and p.datatype not in allowed) or p.datatype in forbidden:
+                    self.err("param-datatype", f"param `{p.name}` is {p.datatype.name}; not supported by {d.name} "
+                                               f"on {label}{cfg}{cond}")
             for where, t in tensors:
                 rank = len(t.dims)
                 if not c.when.holds(operation, t.datatype, rank):
@@ -789,6 +794,10 @@ class _OpCheck:
             if key is not None:
                 v.shape_memo[key] = result
         kind, value = result
+        plan = v.plan(self.op)
+        if plan is not None and any(c.kind == "same_shape" for c in plan.checks):
+            # outputs are left to the shape rule when the op has one (one finding per problem)
+            self._same_shapes(plan, ins, outs, outputs=kind == "ok" and value is None)
         if kind == "error":
             self.err("shape", value)
         elif kind == "internal":
@@ -798,6 +807,29 @@ class _OpCheck:
                 if t is not None and sig is not None and tuple(t.dims) != tuple(sig.shape):
                     self.err("shape", f"out[{i}] `{self.name('out', i, t.name)}` is declared with shape {list(t.dims)} "
                                       f"but its inputs give {list(sig.shape)}")
+
+    def _same_shapes(self, plan: _Plan, ins: list[QnnTensor | None], outs: list[QnnTensor | None],
+                     outputs: bool) -> None:
+        """`same_shape` checks of the constraints files (shape-dependent, so run with the shape check)."""
+        d = plan.opdef
+        bound: dict[str, list[tuple[str, int, QnnTensor]]] = {}
+        for kind, defs, tensors in (("in", d.inputs, ins), ("out", d.outputs, outs)):
+            bind = self._binding(plan, defs, len(tensors))
+            for i, (t, di) in enumerate(zip(tensors, bind)):
+                if t is not None:
+                    bound.setdefault(defs[di].name, []).append((kind, i, t))
+        for c in plan.checks:
+            if c.kind != "same_shape" or c.config != ALL_CONFIGS:
+                continue
+            ref = bound.get(c.get("as"), [])[:1]
+            for kind, i, t in bound.get(c.target or "", []):
+                if kind == "out" and not outputs:
+                    continue
+                for _, _, other in ref:
+                    a, b = tuple(t.dims), tuple(other.dims)
+                    if a != b and {a, b} != {(), (1,)}:
+                        self.err("shape", f"{kind}[{i}] `{self.name(kind, i, t.name)}` has shape {list(a)} but "
+                                          f"must have the shape of {c.get('as')} {list(b)}")
 
     def _infer(self, sigs: tuple[Any, ...], params: Mapping[str, Any], outs: list[QnnTensor | None]) -> tuple:
         shapes = self.v.shapes

@@ -204,7 +204,7 @@ def _choose_rank(check: dict, fixed: int | None) -> tuple[int, int | None]:
     elif ranks:
         bad = next(r for r in range(1, 9) if r not in ranks)
     else:
-        bad = lo - 1 if lo > 1 else None
+        bad = lo - 1 if lo >= 1 else None
     return good, bad
 
 
@@ -250,8 +250,7 @@ def test_rank_probe(registry: OpDefRegistry, op: str, backend: str, config: str,
     defs = {io.name: io for io in opdef.inputs + opdef.outputs}
     target = defs.get(check["target"])
     good, bad = _choose_rank(check, target.ndim if target else None)
-    if bad is None:
-        pytest.skip("the limit has no rank below it to break (rank >= 1)")
+    assert bad is not None, f"{check} cannot be broken"
     dts = _row_datatypes(registry, op, backend, config)
     params = _operation(registry, op, check)
     found = {}
@@ -321,3 +320,143 @@ def test_every_documented_constraint_is_in_the_file(data: dict) -> None:
         want[key] = want.get(key, 0) + 1
     missing = {k: n for k, n in want.items() if have.get(k, 0) < n}
     assert not missing, sorted(missing)[:10]
+
+
+# ---------------------------------------------------------------- generated: value, operation, datatype checks
+
+
+def _checks(data: dict, kinds: set[str]) -> list[tuple]:
+    out = []
+    for op, per in sorted(data["ops"].items()):
+        for backend, entry in per.items():
+            for item in entry.get("constraints", []):
+                for check in item.get("checks", []):
+                    if check["kind"] in kinds:
+                        out.append((op, backend, item["config"], check))
+    return out
+
+
+DATA = json.loads(CONSTRAINTS.read_text(encoding="utf-8"))
+def _backends(reg: OpDefRegistry, op: str, backend: str) -> list[str]:
+    if backend != "all":
+        return [backend]
+    return [b for b in reg.backends if reg.supported(op, b)][:1] or ["cpu"]
+
+
+def _num(bound, rank: int):
+    return {"N": rank, "N-1": rank - 1}.get(bound, bound) if isinstance(bound, str) else bound
+
+
+def _satisfies(check: dict, value, rank: int) -> bool:
+    """An evaluator written for the test (independent of qlower's): does `value` meet the value check?"""
+    f = {k: _num(v, rank) for k, v in check.items() if k not in ("kind", "target", "when")}
+    if "equals" in f and value != f["equals"]:
+        return False
+    return (("min" not in f or value >= f["min"]) and ("max" not in f or value <= f["max"])
+            and ("min_exclusive" not in f or value > f["min_exclusive"])
+            and ("max_exclusive" not in f or value < f["max_exclusive"])
+            and ("one_of" not in f or value in f["one_of"]) and ("not_one_of" not in f or value not in f["not_one_of"]))
+
+
+def _graph_for(reg: OpDefRegistry, op: str, backend: str, config: str, rank: int, params: list,
+               dt_override: dict | None = None) -> tuple[OpConfig, QnnGraph]:
+    opdef = reg.op(op)
+    dts = {**_row_datatypes(reg, op, backend, config), **(dt_override or {})}
+    g = QnnGraph("g")
+    names: dict = {"in": [], "out": []}
+    for kind, defs in (("in", opdef.inputs), ("out", opdef.outputs)):
+        for i, io in enumerate(d for d in defs if d.mandatory or d.name in (dt_override or {})):
+            dt = dts.get(io.name) or (io.datatypes[0] if io.datatypes else D.FLOAT_32)
+            r = io.ndim if io.ndim is not None else rank
+            names[kind].append(g.add_tensor(QnnTensor(f"{kind}{i}", TensorType.NATIVE, dt, (2,) * r)).name)
+    node = OpConfig("probe_node", op, names["in"], names["out"], params)
+    g.ops.append(node)
+    return node, g
+
+
+VALUE_PROBES = [p for p in _checks(DATA, {"value"}) if not p[3].get("when")]
+
+
+@pytest.mark.parametrize("op, backend, config, check", VALUE_PROBES,
+                         ids=[f"{p[1]}-{p[0]}-{p[2]}-{p[3]['target']}-{i}" for i, p in enumerate(VALUE_PROBES)])
+def test_value_probe(registry: OpDefRegistry, op: str, backend: str, config: str, check: dict) -> None:
+    """A param value breaking the documented range is refused naming the node and param; a valid one is not."""
+    rank = 4
+    pd = registry.param(op, check["target"])
+    backend = _backends(registry, op, backend)[0]
+    same = [c for o, b, _, c in VALUE_PROBES if o == op and b in (backend, "all") and c["target"] == pd.name]
+    candidates = [False, True] if isinstance(check.get("equals"), bool) else list(range(-2, 12))
+    good = [v for v in candidates if all(_satisfies(c, v, rank) for c in same)]
+    bad = [v for v in candidates if not _satisfies(check, v, rank)]
+    assert bad, "no value breaks the check"
+    dt = pd.datatype or (D.BOOL_8 if isinstance(candidates[0], bool) else D.INT_32)
+
+    def param(v):
+        if pd.is_scalar:
+            return ScalarParam(pd.name, dt, v)
+        shape = (2,) if pd.ndim in (None, 1) else (2,) * pd.ndim
+        arr = np.full(shape, v)
+        t = QnnTensor("pv", TensorType.STATIC, dt, shape, data=arr)
+        return TensorParam(pd.name, t)
+
+    def found(v) -> list:
+        node, g = _graph_for(registry, op, backend, config, rank, [param(v)])
+        if not pd.is_scalar:
+            g.add_tensor(node.params[0].tensor)
+        return [d for d in validate_op(node, g, registry, backend)
+                if d.code == "param-value" and f"`{pd.name}`" in d.message]
+
+    refused = found(bad[0])
+    assert refused and refused[0].subject.startswith("node probe_node")
+    if good and config == "All":  # config-bound checks apply only when the op matches that config's rows
+        assert found(good[0]) == []
+
+
+OPERATION_PROBES = _checks(DATA, {"operation"})
+
+
+@pytest.mark.parametrize("op, backend, config, check", OPERATION_PROBES,
+                         ids=[f"{p[1]}-{p[0]}-{p[2]}-{i}" for i, p in enumerate(OPERATION_PROBES)])
+def test_operation_probe(registry: OpDefRegistry, op: str, backend: str, config: str, check: dict) -> None:
+    enum = registry.param(op, "operation").enum
+    allowed = [n for n in enum if n in check.get("allowed", enum) and n not in check.get("forbidden", [])]
+    refused = [n for n in enum if n not in allowed]
+    assert allowed and refused
+    backend = _backends(registry, op, backend)[0]
+
+    def found(name: str) -> list:
+        node, g = _graph_for(registry, op, backend, config, 2,
+                             [ScalarParam("operation", D.UINT_32, enum.index(name))])
+        return [d for d in validate_op(node, g, registry, backend) if d.code == "operation"]
+
+    got = found(refused[0])
+    assert got and refused[0] in got[0].message and got[0].subject.startswith("node probe_node")
+    assert found(allowed[0]) == []
+
+
+DATATYPE_PROBES = [p for p in _checks(DATA, {"datatype"}) if set(p[3].get("when", {})) <= {"operations"}
+                   and p[3]["target"].startswith(("in[", "out["))]
+
+
+@pytest.mark.parametrize("op, backend, config, check", DATATYPE_PROBES,
+                         ids=[f"{p[1]}-{p[0]}-{p[2]}-{p[3]['target']}-{i}" for i, p in enumerate(DATATYPE_PROBES)])
+def test_datatype_probe(registry: OpDefRegistry, op: str, backend: str, config: str, check: dict) -> None:
+    """A tensor datatype the documentation excludes (per operation) is refused; an allowed one is not."""
+    params = _operation(registry, op, check)
+    everything = [d for d in D if d.name not in ("UNDEFINED", "STRING")]
+    allowed = [d for d in everything if (not check.get("allowed") or d.qnn_name in check.get("allowed"))
+               and d.qnn_name not in check.get("forbidden", [])] if check.get("allowed") != [] else []
+    bad = [d for d in everything if d not in allowed]
+    target = check["target"]
+    backend = _backends(registry, op, backend)[0]
+
+    def found(dt: D, specific: bool = True) -> list:
+        node, g = _graph_for(registry, op, backend, config, 4, params, {target: dt})
+        return [d for d in validate_op(node, g, registry, backend) if d.code == "datatype"
+                and (f"is {dt.name};" in d.message or not specific)]
+
+    # a config-bound list may also be enforced by the config's datatype rows (refused either way)
+    got = found(bad[0], specific=config == "All")
+    assert got and got[0].subject.startswith("node probe_node")
+    if allowed:
+        assert found(allowed[0]) == []
