@@ -152,6 +152,9 @@ class Fidelity:
 
     def backends(self) -> None:
         for backend, page in qnn_docs.BACKEND_PAGES.items():
+            if not (self.docs / page).is_file():
+                self.add("-", backend, "page-missing", f"{page} is not in {self.docs}")
+                continue
             doc = qnn_docs.read_supplement(self.docs / page, backend)
             bs = self.reg.backend_support(backend)
             supported = set(bs.supported) if bs else set()

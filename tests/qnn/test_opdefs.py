@@ -268,3 +268,10 @@ def test_sdk_op_package_examples_load() -> None:
         custom = [p for p in reg.packages() if p != "qti.aisw"]
         assert len(custom) == 1 and reg.names(custom[0]), path.name
         assert any(reg.supported(n, b, custom[0]) for n in reg.names(custom[0]) for b in reg.backends)
+
+
+def test_describe_lists_documented_constraints(registry: OpDefRegistry) -> None:
+    text = describe(registry, "Transpose", "gpu")
+    assert "in[0]: rank 2..5" in text and "out[0]: same datatype as in[0]" in text
+    text = describe(registry, "ElementWiseUnary", "htp")
+    assert "in[0]: rank ..4 (when operation" in text and "SQRT" in text
