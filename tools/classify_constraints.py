@@ -100,7 +100,7 @@ class Classifier:
             return [], "other"
         if not t:
             return [], "empty"
-        for fn in (self.rank, self.static, self.defaults, self.operations_check, self.datatypes_check,
+        for fn in (self.count, self.rank, self.static, self.defaults, self.operations_check, self.datatypes_check,
                    self.same, self.value):
             found = fn(t, target)
             if found:
@@ -130,6 +130,16 @@ class Classifier:
         if low.startswith("value") or re.search(r"<=|>=|must be <|max_|min_", low):
             return "value-relation"
         return "other"
+
+    # -------------------------------------------------------------- counts
+
+    def count(self, t: str, target: str) -> list[dict[str, Any]]:
+        """`Number: m >= 1` on an entry `in[a..m]`: at least 1 - a + 1 tensors bound to it."""
+        m = re.fullmatch(r"Number: (m|M) >= (\d+)", t)
+        r = re.fullmatch(r"(?:in|out)\[(\d+)\.\.(m|M)\]", target)
+        if m and r and m.group(1) == r.group(2):
+            return [{"kind": "count", "target": target, "min": int(m.group(2)) - int(r.group(1)) + 1}]
+        return []
 
     # -------------------------------------------------------------- rank
 
@@ -383,14 +393,22 @@ class Classifier:
         m = re.fullmatch(r"support only (\w+) (?:for direction|output order)", low)
         if m and (v := self.enum_value(m.group(1))) is not None:
             return chk(one_of=[v])
-        m = re.fullmatch(r"only supports? (?:mode|region|schemes?|) ?([A-Z_, ]+)", s)
+        m = re.fullmatch(r"(?i:only supports?) (?:mode |region |schemes? )?([A-Z_, ]+)", s)
         if m:
             vals = [self.enum_value(v.strip()) for v in m.group(1).split(",") if v.strip()]
             if vals and None not in vals:
                 return chk(one_of=vals)
         m = re.fullmatch(r"(?:only supports |values: )?((?:[A-Z_]+ = \d+, )*[A-Z_]+ = \d+)", s, re.I)
-        if m and not low.startswith("floor"):
+        if m:  # the values the backend supports, by name and number (e.g. "FLOOR = 0")
             return chk(one_of=_nums(m.group(1)))
+        m = re.fullmatch(r"(\w+) must be in range \[(.+?),(.+?)\]", low)
+        if m and (lo := self._bound(m.group(2))) is not None and (hi := self._bound(m.group(3))) is not None:
+            return [{"kind": "value", "target": m.group(1), "min": lo, "max": hi}]
+        m = re.fullmatch(r"(\w+)\[(\d+)\] and \1\[(\d+)\] should be equal", low)
+        if m:
+            return [{"kind": "value", "target": m.group(1), "equal_elements": [int(m.group(2)), int(m.group(3))]}]
+        if low == "only supports normalization on channel":
+            return chk(equals="N-1")
         m = re.fullmatch(r"does not support value (\d+) \((\w+)\)", low)
         if m:
             return chk(not_one_of=[int(m.group(1))])

@@ -389,6 +389,12 @@ def op_constraints(op: Mapping[str, Any], backend: str, bullets: list[Any], clas
             checks, why = [], "unmapped-target"
         else:
             checks = mapped
+        if backend != "all" and any(ch["kind"] == "same_shape" for ch in checks):
+            # in a supplement "Shape: Same as in[0]" repeats in[0]'s shape (rank) constraint for this column
+            ref = [ch for it in items if it["config"] == c.config for ch in it.get("checks", [])
+                   if ch["kind"] == "rank" and ch["target"] == checks[0]["as"]]
+            checks = [{**ch, "target": checks[0]["target"]} for ch in ref]
+            why = None if checks else "shape-relation"
         ranks = [ch for ch in checks if ch["kind"] == "rank"]
         if ranks:
             ranked.setdefault((c.config, c.row, c.target), []).extend(ranks)

@@ -104,6 +104,8 @@ def check_text(c: Check) -> str:
         what = (f"{c.kind} not supported" if allowed is not None and not allowed else
                 f"{c.kind} one of " + "/".join(sorted(map(name, allowed))) if allowed is not None else
                 f"{c.kind} not " + "/".join(sorted(map(name, forbidden or ()))))
+    elif c.kind == "count":
+        what = f"at least {fields.get('min')} tensors"
     elif c.kind == "value":
         what = "value " + ", ".join(f"{k} {v}" for k, v in sorted(fields.items()))
     elif c.kind in ("same_datatype", "same_rank", "same_shape"):

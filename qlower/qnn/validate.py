@@ -727,6 +727,13 @@ class _OpCheck:
                 elif c.kind == "required" and not present:
                     self.err("missing-param", f"`{c.target}` must be given{cond}")
                 continue
+            if c.kind == "count":
+                n = len(bound.get(c.target or "", []))
+                if n < c.get("min", 0) and c.when.holds(operation, None, None):
+                    noun = "input" if (c.target or "").startswith("in") else "output"
+                    self.err(f"{noun}-count", f"{d.name} needs at least {c.get('min')} tensors for {c.target}, "
+                                              f"got {n}")
+                continue
             if c.kind == "value":
                 p = params.get(c.target)
                 if p is None or not c.when.holds(operation, None, None):
@@ -888,6 +895,11 @@ def _value_problem(c: Check, value: Any, in0_rank: int | None) -> str | None:
             b = _bound(c.fields[key], in0_rank)
             if b is not None and bool(np.any(op(arr, float(b)))):
                 return text.format(c.fields[key] if b == c.fields[key] else f"{c.fields[key]} = {b:g}")
+    if "equal_elements" in c.fields:
+        i, j = c.fields["equal_elements"]
+        if max(i, j) < arr.size and arr[i] != arr[j]:
+            return f"must have elements [{i}] and [{j}] equal"
+        return None
     if "equals" in c.fields:
         b = _bound(c.fields["equals"], in0_rank)
         if b is not None and not bool(np.all(arr == float(b))):

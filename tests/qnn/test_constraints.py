@@ -374,7 +374,7 @@ def _graph_for(reg: OpDefRegistry, op: str, backend: str, config: str, rank: int
     return node, g
 
 
-VALUE_PROBES = [p for p in _checks(DATA, {"value"}) if not p[3].get("when")]
+VALUE_PROBES = [p for p in _checks(DATA, {"value"}) if not p[3].get("when") and "equal_elements" not in p[3]]
 
 
 @pytest.mark.parametrize("op, backend, config, check", VALUE_PROBES,
@@ -460,3 +460,63 @@ def test_datatype_probe(registry: OpDefRegistry, op: str, backend: str, config: 
     assert got and got[0].subject.startswith("node probe_node")
     if allowed:
         assert found(allowed[0]) == []
+
+
+EQUAL_PROBES = [p for p in _checks(DATA, {"value"}) if "equal_elements" in p[3]]
+
+
+@pytest.mark.parametrize("op, backend, config, check", EQUAL_PROBES,
+                         ids=[f"{p[1]}-{p[0]}-{p[2]}-{p[3]['target']}-{i}" for i, p in enumerate(EQUAL_PROBES)])
+def test_equal_elements_probe(registry: OpDefRegistry, op: str, backend: str, config: str, check: dict) -> None:
+    """`block_size[0] and block_size[1] should be equal`: unequal elements are refused, equal ones are not."""
+    pd = registry.param(op, check["target"])
+    shape = (2, 2) if pd.ndim == 2 else (2,)
+    i, j = check["equal_elements"]
+
+    def found(values: list[int]) -> list:
+        t = QnnTensor("pv", TensorType.STATIC, pd.datatype or D.UINT_32, shape,
+                      data=np.asarray(values, dtype=np.uint32).reshape(shape))
+        node, g = _graph_for(registry, op, backend, config, 4, [TensorParam(pd.name, t)])
+        g.add_tensor(t)
+        return [d for d in validate_op(node, g, registry, backend)
+                if d.code == "param-value" and f"`{pd.name}`" in d.message]
+
+    n = int(np.prod(shape))
+    same = [2] * n
+    other = list(same)
+    other[j] = 3
+    assert found(other) and not found(same)
+
+
+COUNT_PROBES = _checks(DATA, {"count"})
+
+
+@pytest.mark.parametrize("op, backend, config, check", COUNT_PROBES,
+                         ids=[f"{p[1]}-{p[0]}-{p[3]['target']}-{i}" for i, p in enumerate(COUNT_PROBES)])
+def test_count_probe(registry: OpDefRegistry, op: str, backend: str, config: str, check: dict) -> None:
+    """`Number: m >= 1` on in[0..m]: fewer tensors bound to the entry are refused naming the node."""
+    opdef = registry.op(op)
+    backend = _backends(registry, op, backend)[0]
+    kind = "in" if check["target"].startswith("in") else "out"
+    defs = opdef.inputs if kind == "in" else opdef.outputs
+    position = [io.name for io in defs].index(check["target"])
+
+    def found(n: int) -> list:
+        g = QnnGraph("g")
+        names: dict = {"in": [], "out": []}
+        for k, ds in (("in", opdef.inputs), ("out", opdef.outputs)):
+            for i, io in enumerate(ds):
+                copies = n if (k == kind and i == position) else (1 if io.mandatory else 0)
+                if k == kind and i > position:
+                    copies = 0
+                for c in range(copies):
+                    t = g.add_tensor(QnnTensor(f"{k}{i}_{c}", TensorType.NATIVE, D.FLOAT_32, (2, 2, 2, 2)))
+                    names[k].append(t.name)
+        node = OpConfig("probe_node", op, names["in"], names["out"], [])
+        g.ops.append(node)
+        return [d for d in validate_op(node, g, registry, backend)
+                if d.code == f"{'input' if kind == 'in' else 'output'}-count"]
+
+    got = found(check["min"] - 1)
+    assert got and got[0].subject.startswith("node probe_node")
+    assert found(check["min"]) == []
