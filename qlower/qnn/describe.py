@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from qlower.diagnostics import QlowerError, did_you_mean, error
+from qlower.qnn.constraints import Check
 from qlower.qnn.datatypes import DataType
 from qlower.qnn.opdef import ALL_CONFIGS, QNN_PACKAGE, IODef, OpDef, OpDefRegistry, ParamDef, unknown_op
 
@@ -79,7 +80,40 @@ def _backend_lines(registry: OpDefRegistry, d: OpDef, backend: str) -> list[str]
         for row in supp.rows:
             cells = [f"{n}={'|'.join(dt.name for dt in sorted(dts))}" for n, dts in row.entries]
             lines.append(f"    {row.config:<7} " + "  ".join(cells))
+    checks = registry.checks(d.name, backend, d.package)
+    if checks:
+        lines.append(f"  documented constraints ({len(checks)} checks; master ones included):")
+        lines += [f"    {c.config:<7} {check_text(c)}" for c in checks]
     return lines
+
+
+def check_text(c: Check) -> str:
+    """One constraints-file check in words, e.g. `in[0]: rank 2..5 (operation SQRT)`."""
+    fields = {k: v for k, v in c.fields.items()}
+    if c.kind == "rank":
+        ranks = fields.get("ranks")
+        lo, hi = fields.get("min"), fields.get("max")
+        what = ("rank " + "/".join(map(str, sorted(ranks)))) if ranks is not None else (
+            f"rank {lo}" if lo is not None and lo == hi else
+            f"rank {'' if lo is None else lo}..{'' if hi is None else hi}")
+        if fields.get("lower_if_leading_one"):
+            what += " (lower rank only with outermost dimension 1)"
+    elif c.kind in ("datatype", "operation"):
+        allowed, forbidden = fields.get("allowed"), fields.get("forbidden")
+        name = (lambda x: x.name) if c.kind == "datatype" else str
+        what = (f"{c.kind} not supported" if allowed is not None and not allowed else
+                f"{c.kind} one of " + "/".join(sorted(map(name, allowed))) if allowed is not None else
+                f"{c.kind} not " + "/".join(sorted(map(name, forbidden or ()))))
+    elif c.kind == "count":
+        what = f"at least {fields.get('min')} tensors"
+    elif c.kind == "value":
+        what = "value " + ", ".join(f"{k} {v}" for k, v in sorted(fields.items()))
+    elif c.kind in ("same_datatype", "same_rank", "same_shape"):
+        what = f"{c.kind.replace('_', ' ')} as {fields.get('as')}"
+    else:
+        what = c.kind.replace("_", " ") + (f" (encoding {fields['encoding']})" if fields.get("encoding") else "")
+    when = f" (when {c.when})" if str(c.when) else ""
+    return f"{c.target + ': ' if c.target else ''}{what}{when}"
 
 
 def list_ops(registry: OpDefRegistry, backend: str | None = None) -> str:

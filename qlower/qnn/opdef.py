@@ -1,8 +1,10 @@
 """The op-definition registry: what every QNN op accepts, per backend.
 
-Definitions come from OpDef XML in QNN's schema (plus the qlower extensions
-described in ``opdefs/README.md``): the files shipped in ``opdefs/`` and any
-custom op package files a user passes. XML is parsed with defusedxml and DTDs
+Definitions come from OpDef XML in QNN's schema (``OpDefCollection``,
+``OpDefList`` or ``SupplementalOpDefList`` roots; user files may also use the
+older qlower extension elements described in ``opdefs/README.md``) plus
+constraints files (``.json``, see ``qnn/constraints.py``): the files shipped in
+``opdefs/`` and any custom op package files a user passes. XML is parsed with defusedxml and DTDs
 are refused, so a hostile file cannot read local files or blow up memory; any
 problem in a file becomes a diagnostic naming that file.
 """
@@ -21,15 +23,17 @@ import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
 
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
+from qlower.qnn.constraints import ALL_BACKENDS, Check, ConstraintSet, OpConstraints, load_constraints
 from qlower.qnn.datatypes import DataType
 
 SHIPPED_DIR = Path(__file__).parent / "opdefs"
-SHIPPED_FILES = ("master.xml", "cpu.xml", "gpu.xml", "htp.xml", "dsp.xml", "lpai.xml")
+SHIPPED_FILES = ("master.xml", "cpu.xml", "gpu.xml", "htp.xml", "dsp.xml", "lpai.xml", "constraints.json")
 BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
 QNN_PACKAGE = "qti.aisw"
 ALL_CONFIGS = "All"
 _MAX_FILE_BYTES = 32 * 1024 * 1024
 _RANK = re.compile(r"SCALAR|ND|\dD")
+_BOUNDED = re.compile(r"(?:in|out)\[(\d+)\.\.(\d+)\]")
 
 
 def _proxy(value: Mapping[Any, Any]) -> Mapping[Any, Any]:
@@ -190,6 +194,9 @@ class OpDefRegistry:
     support: Mapping[tuple[str, str], BackendSupport] = attrs.field(converter=_proxy, hash=False, repr=False)
     backends: tuple[str, ...] = BACKENDS
     universal_packages: frozenset[str] = frozenset()  # packages without supplements: run anywhere
+    # constraints files: (package, backend or "all", op) -> rows and documented constraints
+    constraints: Mapping[tuple[str, str, str], OpConstraints] = attrs.field(converter=_proxy, factory=dict,
+                                                                            hash=False, repr=False)
 
     @classmethod
     def load(cls, extra_paths: Sequence[Path | str] = ()) -> OpDefRegistry:
@@ -233,6 +240,19 @@ class OpDefRegistry:
         bs = self.backend_support(backend, opdef.package) if opdef else None
         return bs.supplements.get(name) if bs else None
 
+    def checks(self, name: str, backend: str, package: str | None = None) -> tuple[Check, ...]:
+        """The structured checks of the constraints files for an op on a backend (master ones included)."""
+        opdef = self.op(name, package)
+        if opdef is None:
+            return ()
+        b = backend.lower()
+        found = []
+        for key in (ALL_BACKENDS, b):
+            oc = self.constraints.get((opdef.package, key, name))
+            if oc is not None:
+                found.extend(c for c in oc.checks if b not in c.except_backends)
+        return tuple(found)
+
     def param(self, op: str, pname: str, package: str | None = None) -> ParamDef | None:
         opdef = self.op(op, package)
         return opdef.param(pname) if opdef else None
@@ -262,6 +282,12 @@ class OpDefRegistry:
         if opdef is None:
             raise QlowerError(unknown_op(op, self.names()))
         return opdef
+
+
+def _bound_of(name: str) -> int | None:
+    """How many tensors a repeated entry named like `in[0..3]` binds (QNN's naming); None if unbounded."""
+    m = _BOUNDED.fullmatch(name.strip())
+    return int(m.group(2)) - int(m.group(1)) + 1 if m and int(m.group(2)) > int(m.group(1)) else None
 
 
 def unknown_op(name: str, known: Iterable[str], subject: str | None = None) -> Diagnostic:
@@ -387,7 +413,8 @@ class _Reader:
             name=name, mandatory=self.flag(mandatory, where), datatypes=dts, rank=self.rank(el, where),
             repeated=self.flag(repeated, where), is_static=self.flag(el.find("IsStaticTensor"), where),
             backend_specific=backend_specific or not dts,
-            max_repeat=self.int_attr(repeated, "max", where) if repeated is not None else None,
+            max_repeat=self.int_attr(repeated, "max", where) if repeated is not None and repeated.get("max")
+            else _bound_of(name),
             default=self.text(el, "Default"), rank_limits=self.rank_limits(el, where),
         )
 
@@ -467,14 +494,22 @@ class _Builder:
         self.ops: dict[tuple[str, str], tuple[OpDef, str]] = {}
         self.supported: dict[tuple[str, str], set[str]] = {}
         self.supplements: dict[tuple[str, str, str], tuple[OpSupplement, str]] = {}
+        self.constraints: dict[tuple[str, str, str], tuple[OpConstraints, str]] = {}
 
     def build(self, paths: Sequence[Path]) -> OpDefRegistry:
         for path in paths:
+            if path.suffix.lower() == ".json":
+                cs, problems = load_constraints(path)
+                self.diags.extend(problems)
+                if cs is not None:
+                    self._add_constraints(cs, str(path))
+                continue
             try:
                 self._load(path, _parse_file(path))
             except _FileError as exc:
                 self.diags.append(exc.diagnostic)
         self._check_references()
+        self._merge_rows()
         if self.diags:
             raise QlowerError(self.diags)
         supp_pkgs = {pkg for pkg, _ in self.supported}
@@ -486,22 +521,56 @@ class _Builder:
         return OpDefRegistry(
             ops={k: d for k, (d, _) in self.ops.items()}, support=support, backends=backends,
             universal_packages=frozenset({pkg for pkg, _ in self.ops} - supp_pkgs),
+            constraints={k: c for k, (c, _) in self.constraints.items()},
         )
+
+    def _add_constraints(self, cs: ConstraintSet, path: str) -> None:
+        for (op, backend), oc in cs.ops.items():
+            key = (cs.package, backend, op)
+            old = self.constraints.get(key)
+            if old is not None and old[0] != oc:
+                self.diags.append(error(f"constraints of {op} on {backend} conflict with those in {old[1]}",
+                                        subject=path, code="constraints-file"))
+            elif old is None:
+                self.constraints[key] = (oc, path)
+
+    def _merge_rows(self) -> None:
+        """Datatype rows of the constraints files join the backend supplements' rows."""
+        for (pkg, backend, op), (oc, _) in sorted(self.constraints.items()):
+            if not oc.rows or backend == ALL_BACKENDS:
+                continue
+            rows = tuple(DatatypeRow(config, entries) for config, entries in oc.rows)
+            old = self.supplements.get((pkg, backend, op))
+            supp = old[0] if old else OpSupplement(op)
+            self.supplements[(pkg, backend, op)] = (attrs.evolve(supp, rows=supp.rows + rows),
+                                                    old[1] if old else "")
 
     def _load(self, path: Path, root: Element) -> None:
         reader = _Reader(path, self.diags)
-        if root.tag != "OpDefCollection":
-            reader.fail("root", f"expected <OpDefCollection>, found <{root.tag}>")
+        if root.tag in ("OpDefList", "SupplementalOpDefList", "SupplementalOpDefSpecification"):
+            # QNN's own layout for its native ops: no package attribute, the package is QNN's
+            package = QNN_PACKAGE
+            oplists = [root] if root.tag == "OpDefList" else []
+            slists = [root] if root.tag == "SupplementalOpDefList" else root.findall("SupplementalOpDefList")
+        elif root.tag == "OpDefCollection":
+            package = root.get("PackageName")
+            if not package:
+                reader.fail("OpDefCollection", "missing PackageName attribute")
+                return
+            oplists, slists = root.findall("OpDefList"), root.findall("SupplementalOpDefList")
+        else:
+            reader.fail("root", f"expected <OpDefCollection>, <OpDefList> or <SupplementalOpDefList>, "
+                                f"found <{root.tag}>")
             return
-        package = root.get("PackageName")
-        if not package:
-            reader.fail("OpDefCollection", "missing PackageName attribute")
-            return
-        for oplist in root.findall("OpDefList"):
+        for oplist in oplists:
             for el in oplist.findall("OpDef"):
                 if (d := reader.opdef(el, package)) is not None:
                     self._add_op(d, str(path), reader)
-        for slist in root.findall("SupplementalOpDefList"):
+                    # an op package's OpDef may name its backends itself (QNN's CustomOpDefType)
+                    for be in el.findall("SupportedBackend"):
+                        if (be.text or "").strip():
+                            self.supported.setdefault((package, be.text.strip().lower()), set()).add(d.name)
+        for slist in slists:
             backend = (slist.get("Backend") or "").strip().lower()
             if not backend:
                 reader.fail("SupplementalOpDefList", "missing Backend attribute")
@@ -547,6 +616,18 @@ class _Builder:
             for name in sorted(set(named) - known):
                 self.diags.append(error(f"{backend.upper()} supplement of {op} names unknown entry `{name}`",
                                         subject=path, hint=did_you_mean(name, known), code="opdef-file"))
+        for (pkg, backend, op), (oc, path) in sorted(self.constraints.items()):
+            d = self.ops.get((pkg, op))
+            if d is None:
+                self.diags.append(error(f"constraints name unknown op `{op}` of package {pkg}", subject=path,
+                                        code="constraints-file"))
+                continue
+            known = {io.name for io in d[0].inputs + d[0].outputs} | {p.name for p in d[0].params}
+            named = {n for _, entries in oc.rows for n, _ in entries}
+            named |= {x for c in oc.checks for x in (c.target, c.get("as")) if x}
+            for name in sorted(named - known):
+                self.diags.append(error(f"constraints of {op} on {backend} name unknown entry `{name}`",
+                                        subject=path, hint=did_you_mean(name, known), code="constraints-file"))
 
 
 # ---------------------------------------------------------------- describe

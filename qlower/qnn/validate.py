@@ -28,6 +28,7 @@ import numpy as np
 from qlower.diagnostics import Diagnostic, Note, did_you_mean, error, warning
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import PACKAGE, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
+from qlower.qnn.constraints import Check
 from qlower.qnn.opdef import (
     ALL_CONFIGS, IODef, OpDef, OpDefRegistry, ParamDef, RankLimit, StaticRule, TargetSupplement, unknown_op,
 )
@@ -101,6 +102,7 @@ class _Plan:
     targets: Mapping[str, TargetSupplement]
     rows: tuple[_Row, ...]
     row_params: frozenset[str]  # params some row constrains
+    checks: tuple[Check, ...] = ()  # constraints-file checks other than static and default-only
     bindings: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
     matches: dict[tuple, tuple[frozenset[str], tuple | None]] = attrs.field(factory=dict)
 
@@ -112,6 +114,23 @@ class _Plan:
 def _plan(registry: OpDefRegistry, opdef: OpDef, backend: str) -> _Plan:
     supp = registry.supplement(opdef.name, backend, opdef.package)
     targets = {t.name: t for t in supp.targets} if supp else {}
+    kinds = {"Input": {io.name for io in opdef.inputs}, "Output": {io.name for io in opdef.outputs}}
+    others = []
+    for c in registry.checks(opdef.name, backend, opdef.package):
+        w = c.when
+        plain = w.operations is None and not w.except_operations and not w.except_datatypes \
+            and w.min_rank is None and w.max_rank is None and (w.datatypes is None or len(w.datatypes) == 1)
+        if c.kind in ("static", "only_default") and plain and c.target:
+            kind = next((k for k, names in kinds.items() if c.target in names), "Parameter")
+            t = targets.get(c.target) or TargetSupplement(kind, c.target)
+            if c.kind == "static":
+                dt = next(iter(w.datatypes)) if w.datatypes else None
+                t = attrs.evolve(t, static=t.static + (StaticRule(c.config, dt, c.get("encoding")),))
+            else:
+                t = attrs.evolve(t, only_default=t.only_default + (c.config,))
+            targets[c.target] = t
+        else:
+            others.append(c)
     param_dtypes = {}
     for p in opdef.params:
         allowed = targets[p.name].datatypes if p.name in targets and targets[p.name].datatypes else p.datatypes
@@ -127,7 +146,7 @@ def _plan(registry: OpDefRegistry, opdef: OpDef, backend: str) -> _Plan:
     params = {p.name: p for p in opdef.params}
     row_params = frozenset(n for r in rows for n, _ in r.checks if n in params)
     return _Plan(opdef, registry.supported(opdef.name, backend, opdef.package), params, param_dtypes, targets,
-                 rows, row_params)
+                 rows, row_params, tuple(others))
 
 
 def _bind(defs: Sequence[IODef], n: int) -> tuple[int, ...]:
@@ -335,8 +354,8 @@ class _Validator:
         else:
             d = tuple(t.dims)
             enc = t.encoding
-            self.tkey[name] = self._intern((t.type, t.datatype, len(d), d == (1,), None if enc is None else enc.kind),
-                                           _dims_key(d))
+            self.tkey[name] = self._intern((t.type, t.datatype, len(d), d == (1,), None if enc is None else enc.kind,
+                                            bool(d) and d[0] == 1), _dims_key(d))
 
     def learn_all(self) -> None:
         """`_learn` every tensor of the graph at once (tensors alike share one key computation)."""
@@ -354,7 +373,7 @@ class _Validator:
             k = (t.type, t.datatype, dk, kind)
             i = seen.get(k)
             if i is None:
-                i = seen[k] = self._intern((t.type, t.datatype, len(d), d == (1,), kind), dk)
+                i = seen[k] = self._intern((t.type, t.datatype, len(d), d == (1,), kind, bool(d) and d[0] == 1), dk)
             tk[name] = i
 
     def _tensor(self, name: str) -> QnnTensor | None:
@@ -497,6 +516,8 @@ class _OpCheck:
             self._ranks(plan, d.outputs, outs, out_bind, "out", matched)
             self._static(plan, ins, in_bind, matched)
             self._only_default(plan, ins, in_bind, matched, in0_rank)
+            if plan.checks:
+                self._constraints(plan, ins, outs, in_bind, out_bind, matched, in0_rank)
             if params_ok and v.shapes is not None:
                 if self.template:
                     return True
@@ -664,6 +685,108 @@ class _OpCheck:
                 self.err("input-default-only", f"optional input in[{i}] `{self.name('in', i, t.name)}` is not "
                                                f"supported on {self.v.label}; omit it")
 
+    # ------------------------------------------------------------ constraints file
+
+    def _constraints(self, plan: _Plan, ins: list[QnnTensor | None], outs: list[QnnTensor | None],
+                     in_bind: tuple[int, ...], out_bind: tuple[int, ...], matched: frozenset[str],
+                     in0_rank: int | None) -> None:
+        """The structured checks of the constraints files (documented constraints, see opdefs/README.md)."""
+        d = plan.opdef
+        bound: dict[str, list[tuple[str, int, QnnTensor]]] = {}
+        for kind, defs, tensors, bind in (("in", d.inputs, ins, in_bind), ("out", d.outputs, outs, out_bind)):
+            for i, (t, di) in enumerate(zip(tensors, bind)):
+                if t is not None:
+                    bound.setdefault(defs[di].name, []).append((kind, i, t))
+        params = {p.name: p for p in self.op.params}
+        operation = None
+        if "operation" in params and isinstance(params["operation"], ScalarParam):
+            value = params["operation"].value
+            pd = plan.params.get("operation")
+            if pd is not None and pd.enum and isinstance(value, (int, np.integer)) and 0 <= value < len(pd.enum):
+                operation = pd.enum[int(value)]
+        label = self.v.label
+        for c in plan.checks:
+            if not _applies({c.config}, matched):
+                continue
+            cond = f" (documented for {c.when})" if str(c.when) else ""
+            cfg = "" if c.config == ALL_CONFIGS else f" {c.config}"
+            if c.kind == "operation":
+                if operation is None or not c.when.holds(operation, None, None):
+                    continue
+                allowed, forbidden = c.get("allowed"), c.get("forbidden") or frozenset()
+                if (allowed is not None and operation not in allowed) or operation in forbidden:
+                    self.err("operation", f"operation {operation} is not supported by {d.name} on {label}{cfg}")
+                continue
+            if c.kind in ("absent", "required"):
+                present = c.target in params or c.target in bound
+                if not c.when.holds(operation, None, None):
+                    continue
+                if c.kind == "absent" and present:
+                    what = "param" if c.target in params else "input"
+                    self.err("not-supported", f"{what} `{c.target}` is not supported on {label}{cfg}{cond}; omit it")
+                elif c.kind == "required" and not present:
+                    self.err("missing-param", f"`{c.target}` must be given{cond}")
+                continue
+            if c.kind == "count":
+                n = len(bound.get(c.target or "", []))
+                if n < c.get("min", 0) and c.when.holds(operation, None, None):
+                    noun = "input" if (c.target or "").startswith("in") else "output"
+                    self.err(f"{noun}-count", f"{d.name} needs at least {c.get('min')} tensors for {c.target}, "
+                                              f"got {n}")
+                continue
+            if c.kind == "value":
+                p = params.get(c.target)
+                if p is None or not c.when.holds(operation, None, None):
+                    continue
+                value = p.value if isinstance(p, ScalarParam) else p.tensor.data
+                bad = _value_problem(c, value, in0_rank)
+                if bad:
+                    self.err("param-value", f"param `{c.target}` = {_show(value)} {bad} on "
+                                            f"{'QNN' if c.get('_master') else label}{cfg}{cond}")
+                continue
+            tensors = [(f"{kind}[{i}] `{self.name(kind, i, t.name)}`", t) for kind, i, t in bound.get(c.target or "", [])]
+            p = params.get(c.target or "")
+            if isinstance(p, TensorParam):
+                tensors.append((f"param `{p.name}`", p.tensor))
+            elif isinstance(p, ScalarParam) and c.kind == "datatype":
+                allowed, forbidden = c.get("allowed"), c.get("forbidden") or frozenset()
+                if (allowed is not None and p.datatype not in allowed) or p.datatype in forbidden:
+                    self.err("param-datatype", f"param `{p.name}` is {p.datatype.name}; not supported by {d.name} "
+                                               f"on {label}{cfg}{cond}")
+            for where, t in tensors:
+                rank = len(t.dims)
+                if not c.when.holds(operation, t.datatype, rank):
+                    continue
+                if c.kind == "rank":
+                    lo, hi, ranks = c.get("min"), c.get("max"), c.get("ranks")
+                    ok = (lo is None or rank >= lo) and (hi is None or rank <= hi) and (ranks is None or rank in ranks)
+                    if not ok and c.get("lower_if_leading_one") and lo is not None and rank < lo and t.dims \
+                            and t.dims[0] == 1:
+                        ok = True
+                    if not ok:
+                        want = "rank " + "/".join(map(str, sorted(ranks))) if ranks is not None else str(RankLimit(min=lo, max=hi))
+                        extra = "; lower ranks only with outermost dimension 1" if c.get("lower_if_leading_one") else ""
+                        self.err("rank", f"{where} has rank {rank}; {d.name} supports {want}{extra} on "
+                                         f"{label}{cfg}{cond}")
+                elif c.kind == "datatype":
+                    allowed, forbidden = c.get("allowed"), c.get("forbidden") or frozenset()
+                    if (allowed is not None and t.datatype not in allowed) or t.datatype in forbidden:
+                        if allowed is not None and not allowed:
+                            text = "is not supported"
+                        else:
+                            text = f"must be {' or '.join(x.name for x in sorted(allowed))}" if allowed is not None \
+                                else f"must not be {t.datatype.name}"
+                        self.err("datatype", f"{where} is {t.datatype.name}; {d.name} {text} on {label}{cfg}{cond}")
+                elif c.kind in ("same_datatype", "same_rank") and not (c.kind == "same_datatype" and plan.rows
+                                                                       and not matched):
+                    for okind, oi, other in bound.get(c.get("as"), [])[:1]:
+                        if c.kind == "same_datatype" and t.datatype != other.datatype:
+                            self.err("datatype", f"{where} is {t.datatype.name} but must have the datatype of "
+                                                 f"{c.get('as')} ({other.datatype.name})")
+                        elif c.kind == "same_rank" and rank != len(other.dims):
+                            self.err("rank", f"{where} has rank {rank} but must have the rank of {c.get('as')} "
+                                             f"({len(other.dims)})")
+
     # ------------------------------------------------------------ shapes
 
     def _shapes(self, ins: list[QnnTensor | None], outs: list[QnnTensor | None]) -> None:
@@ -678,6 +801,10 @@ class _OpCheck:
             if key is not None:
                 v.shape_memo[key] = result
         kind, value = result
+        plan = v.plan(self.op)
+        if plan is not None and any(c.kind == "same_shape" for c in plan.checks):
+            # outputs are left to the shape rule when the op has one (one finding per problem)
+            self._same_shapes(plan, ins, outs, outputs=kind == "ok" and value is None)
         if kind == "error":
             self.err("shape", value)
         elif kind == "internal":
@@ -687,6 +814,29 @@ class _OpCheck:
                 if t is not None and sig is not None and tuple(t.dims) != tuple(sig.shape):
                     self.err("shape", f"out[{i}] `{self.name('out', i, t.name)}` is declared with shape {list(t.dims)} "
                                       f"but its inputs give {list(sig.shape)}")
+
+    def _same_shapes(self, plan: _Plan, ins: list[QnnTensor | None], outs: list[QnnTensor | None],
+                     outputs: bool) -> None:
+        """`same_shape` checks of the constraints files (shape-dependent, so run with the shape check)."""
+        d = plan.opdef
+        bound: dict[str, list[tuple[str, int, QnnTensor]]] = {}
+        for kind, defs, tensors in (("in", d.inputs, ins), ("out", d.outputs, outs)):
+            bind = self._binding(plan, defs, len(tensors))
+            for i, (t, di) in enumerate(zip(tensors, bind)):
+                if t is not None:
+                    bound.setdefault(defs[di].name, []).append((kind, i, t))
+        for c in plan.checks:
+            if c.kind != "same_shape" or c.config != ALL_CONFIGS:
+                continue
+            ref = bound.get(c.get("as"), [])[:1]
+            for kind, i, t in bound.get(c.target or "", []):
+                if kind == "out" and not outputs:
+                    continue
+                for _, _, other in ref:
+                    a, b = tuple(t.dims), tuple(other.dims)
+                    if a != b and {a, b} != {(), (1,)}:
+                        self.err("shape", f"{kind}[{i}] `{self.name(kind, i, t.name)}` has shape {list(a)} but "
+                                          f"must have the shape of {c.get('as')} {list(b)}")
 
     def _infer(self, sigs: tuple[Any, ...], params: Mapping[str, Any], outs: list[QnnTensor | None]) -> tuple:
         shapes = self.v.shapes
@@ -714,6 +864,51 @@ def _shape_key(op_type: str, sigs: tuple[Any, ...], params: Mapping[str, Any]) -
             return None
         items.append((k, x))
     return (op_type, sigs, tuple(items))
+
+
+def _bound(value: Any, in0_rank: int | None) -> float | None:
+    if value == "N":
+        return None if in0_rank is None else in0_rank
+    if value == "N-1":
+        return None if in0_rank is None else in0_rank - 1
+    return value
+
+
+def _show(value: Any) -> str:
+    return repr(value.tolist()) if isinstance(value, np.ndarray) else repr(value)
+
+
+def _value_problem(c: Check, value: Any, in0_rank: int | None) -> str | None:
+    """What is wrong with a param value under a value check (every element of a tensor), or None."""
+    if value is None:
+        return None
+    try:
+        arr = np.asarray(value, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        return None
+    if arr.size == 0:
+        return None
+    for key, op, text in (("min", np.less, "must be >= {}"), ("max", np.greater, "must be <= {}"),
+                          ("min_exclusive", np.less_equal, "must be > {}"),
+                          ("max_exclusive", np.greater_equal, "must be < {}")):
+        if key in c.fields:
+            b = _bound(c.fields[key], in0_rank)
+            if b is not None and bool(np.any(op(arr, float(b)))):
+                return text.format(c.fields[key] if b == c.fields[key] else f"{c.fields[key]} = {b:g}")
+    if "equal_elements" in c.fields:
+        i, j = c.fields["equal_elements"]
+        if max(i, j) < arr.size and arr[i] != arr[j]:
+            return f"must have elements [{i}] and [{j}] equal"
+        return None
+    if "equals" in c.fields:
+        b = _bound(c.fields["equals"], in0_rank)
+        if b is not None and not bool(np.all(arr == float(b))):
+            return f"must be {str(b).lower() if isinstance(b, bool) else b}"
+    if "one_of" in c.fields and not all(x in c.fields["one_of"] for x in arr.tolist()):
+        return f"must be one of {sorted(c.fields['one_of'])}"
+    if "not_one_of" in c.fields and any(x in c.fields["not_one_of"] for x in arr.tolist()):
+        return f"must not be {sorted(c.fields['not_one_of'])}"
+    return None
 
 
 def _rule_matches(rule: StaticRule, t: QnnTensor) -> bool:

@@ -14,7 +14,7 @@ from qlower.qnn.describe import describe
 from qlower.qnn.opdef import BACKENDS, SHIPPED_DIR, OpDefRegistry
 
 REPO = Path(__file__).resolve().parents[2]
-FACTS = REPO.parent / "shared/reference/qnn_ops.json"
+FACTS = Path(__import__("os").environ.get("QLOWER_QNN_FACTS", REPO.parent / "shared/reference/qnn_ops.json"))
 
 
 @pytest.fixture(scope="module")
@@ -207,15 +207,71 @@ def test_malformed_and_missing_files(tmp_path: Path) -> None:
     assert "expected <OpDefCollection>" in exc.value.diagnostics[0].message
 
 
-@pytest.mark.skipif(not FACTS.exists(), reason="reference facts not available")
 def test_generator_is_deterministic_and_matches_shipped_files(tmp_path: Path) -> None:
+    import os
+    docs = os.environ.get("QLOWER_QNN_SDK_DOCS")
+    if not FACTS.exists() or not docs:
+        pytest.skip("needs the reference facts (QLOWER_QNN_FACTS, qnn_ops.json) and "
+                    "QLOWER_QNN_SDK_DOCS (the SDK's docs/QNN/OpDef)")
     outs = []
     for run in ("one", "two"):
         out = tmp_path / run
-        subprocess.run([sys.executable, str(REPO / "tools/gen_opdefs.py"), str(FACTS), str(out)],
+        subprocess.run([sys.executable, str(REPO / "tools/gen_opdefs.py"), str(FACTS), docs, str(out)],
                        check=True, capture_output=True)
-        outs.append({p.name: p.read_bytes() for p in sorted(out.glob("*.xml"))})
+        outs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
     assert outs[0] == outs[1]
-    assert sorted(outs[0]) == ["cpu.xml", "dsp.xml", "gpu.xml", "htp.xml", "lpai.xml", "master.xml"]
+    assert sorted(outs[0]) == ["NOT_MODELLED.md", "constraints.json", "cpu.xml", "dsp.xml", "gpu.xml", "htp.xml",
+                               "lpai.xml", "master.xml"]
     for name, data in outs[0].items():
         assert (SHIPPED_DIR / name).read_bytes() == data, f"{name} is stale: rerun tools/gen_opdefs.py"
+
+
+def test_op_package_names_its_backends(tmp_path: Path) -> None:
+    """`<SupportedBackend>` in an OpDefCollection's OpDef (QNN's op package layout) limits the op to them."""
+    text = CUSTOM[: CUSTOM.index("  <SupplementalOpDefList")] + "</OpDefCollection>\n"
+    text = text.replace("    </OpDef>", "      <SupportedBackend>CPU</SupportedBackend>\n"
+                                       "      <SupportedBackend>GPU</SupportedBackend>\n    </OpDef>")
+    reg = OpDefRegistry.from_files([write(tmp_path, "a.xml", text)])
+    assert [b for b in reg.backends if reg.supported("Fancy", b)] == ["cpu", "gpu"]
+
+
+def test_qnn_native_roots_are_read(tmp_path: Path) -> None:
+    """Files rooted in OpDefList / SupplementalOpDefList (QNN's own layout) define qti.aisw ops."""
+    master = write(tmp_path, "m.xml", """<OpDefList Version="1.0"><OpDef><Name>Thing</Name>
+      <Description><Content>x</Content></Description>
+      <Input><Name>in[0..3]</Name><Mandatory>true</Mandatory><Datatype>BACKEND_SPECIFIC</Datatype>
+        <Shape><Rank>ND</Rank></Shape><Repeated>true</Repeated></Input>
+      <Output><Name>out[0]</Name><Mandatory>true</Mandatory><Datatype>BACKEND_SPECIFIC</Datatype>
+        <Shape><Rank>ND</Rank></Shape></Output></OpDef></OpDefList>""")
+    supp = write(tmp_path, "s.xml", """<SupplementalOpDefList Backend="HTP">
+      <SupportedOps><OpName>Thing</OpName></SupportedOps>
+      <SupplementalOpDef><Name>Thing</Name></SupplementalOpDef></SupplementalOpDefList>""")
+    reg = OpDefRegistry.from_files([master, supp])
+    assert reg.op("Thing").package == "qti.aisw" and reg.supported("Thing", "htp")
+    assert reg.input_count_range("Thing") == (1, 4)  # bounded by its name in[0..3]
+
+
+def _sdk_dir(var: str) -> Path:
+    import os
+    value = os.environ.get(var)
+    if not value:
+        pytest.skip(f"set {var} to the SDK's examples/QNN/OpPackageGenerator (not shipped with qlower)")
+    return Path(value)
+
+
+def test_sdk_op_package_examples_load() -> None:
+    """Every OpPackageGenerator example of the QNN SDK loads next to the shipped definitions."""
+    examples = sorted(_sdk_dir("QLOWER_QNN_OPPACKAGE_EXAMPLES").glob("*.xml"))
+    assert examples
+    for path in examples:
+        reg = OpDefRegistry.load([path])
+        custom = [p for p in reg.packages() if p != "qti.aisw"]
+        assert len(custom) == 1 and reg.names(custom[0]), path.name
+        assert any(reg.supported(n, b, custom[0]) for n in reg.names(custom[0]) for b in reg.backends)
+
+
+def test_describe_lists_documented_constraints(registry: OpDefRegistry) -> None:
+    text = describe(registry, "Transpose", "gpu")
+    assert "in[0]: rank 2..5" in text and "out[0]: same datatype as in[0]" in text
+    text = describe(registry, "ElementWiseUnary", "htp")
+    assert "in[0]: rank ..4 (when operation" in text and "SQRT" in text
