@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from qlower.lang import ast
 from qlower.lang.formatter_parts import (
+    map_lines,
     INDENT, WIDTH, backends_text, expect_text, float_text, format_expr, format_pattern, item_lines,
     literal_text, match_lines, op_decl_text, props_text, quote, tensor_type_text,
 )
@@ -89,8 +90,10 @@ def _split(comments: Sequence[ast.Comment], node, lines: Sequence[str]) -> tuple
 
 
 def _adjacent_ops(prev, item) -> bool:
-    """One-line op declarations written on consecutive lines stay grouped."""
-    if not (isinstance(prev, ast.OpDecl) and isinstance(item, ast.OpDecl)) or item.doc is not None:
+    """One-line op declarations (or map lines) written on consecutive lines stay grouped."""
+    same = (isinstance(prev, ast.OpDecl) and isinstance(item, ast.OpDecl)
+            or isinstance(prev, ast.MapDecl) and isinstance(item, ast.MapDecl))
+    if not same or item.doc is not None:
         return False
     return prev.span is not None and item.span is not None and item.span.line <= prev.span.end_line + 1
 
@@ -151,6 +154,8 @@ class _Printer:
             return [f"import {quote(item.target) if item.is_path else item.target}"]
         if isinstance(item, ast.OpDecl):
             return [op_decl_text(item)]
+        if isinstance(item, ast.MapDecl):
+            return map_lines(item)
         saved, self.lines = self.lines, []
         try:
             if isinstance(item, ast.Rule):

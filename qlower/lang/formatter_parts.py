@@ -177,7 +177,7 @@ def _flags(p: ast.OpPattern) -> str:
 
 def _operand(o: ast.OperandPat) -> str:
     if isinstance(o, ast.Capture):
-        return _value_type(o.name, o.type)
+        return _value_type(o.name + ("?" if o.optional else ""), o.type)
     if isinstance(o, ast.Wildcard):
         return _value_type("_", o.type)
     if isinstance(o, ast.RestCapture):
@@ -255,13 +255,29 @@ def match_lines(indent: str, m: ast.Match) -> list[str]:
 def item_lines(indent: str, prefix: str, item) -> list[str]:
     if isinstance(item, ast.EmitLet):
         return [indent + prefix + f"let {item.name} = {format_expr(item.expr)}"]
-    head = prefix + binders_text(item.binders) + " = "
+    head = prefix + binders_text(item.binders) + (" ?= " if item.default else " = ")
     if isinstance(item, ast.EmitAlias):
         return [indent + head + item.source]
     if isinstance(item, ast.EmitTensor):
         return [indent + head + f"tensor({format_expr(item.expr)})" + props_text(item.props)]
     args = ", ".join(_arg(a) for a in item.args)
-    return _op_lines(indent, head + f"{item.op}({args})", item.params, item.props)
+    fold = "fold " if item.fold else ""
+    return _op_lines(indent, head + f"{fold}{item.op}({args})", item.params, item.props)
+
+
+def map_lines(m: ast.MapDecl) -> list[str]:
+    """`map [name:] PATTERN -> OP(args) {params} meta [tested TYPE]`; blocks wrap like an emitted op's."""
+    p = m.pattern
+    name = f"{m.name}: " if m.name is not None else ""
+    head = f"map {name}{' | '.join(p.op_types)}({', '.join(_operand(o) for o in p.operands)})"
+    attrs = [f"{a.name}: {_attr_value(a)}" for a in p.attrs]
+    if attrs:
+        head += " { " + ", ".join(attrs) + " }"
+    head += _flags(p) + f" -> {m.op}({', '.join(_arg(a) for a in m.args)})"
+    tail = (f" benefit {m.benefit}" if m.benefit is not None else "") + backends_text(m.backends)
+    tail += f" overrides {m.overrides}" if m.overrides else ""
+    tail += f" tested {tensor_type_text(m.test_type)}" if m.test_type is not None else ""
+    return _block_lines("", head, [f"{q.name}: {format_expr(q.expr)}" for q in m.params], tail)
 
 
 def expect_text(e: ast.Expect) -> str:
