@@ -255,13 +255,13 @@ def match_lines(indent: str, m: ast.Match) -> list[str]:
 def item_lines(indent: str, prefix: str, item) -> list[str]:
     if isinstance(item, ast.EmitLet):
         return [indent + prefix + f"let {item.name} = {format_expr(item.expr)}"]
-    head = prefix + binders_text(item.binders) + (" ?= " if item.default else " = ")
+    head = prefix + binders_text(item.binders) + (" ?= " if getattr(item, "default", False) else " = ")
     if isinstance(item, ast.EmitAlias):
         return [indent + head + item.source]
     if isinstance(item, ast.EmitTensor):
         return [indent + head + f"tensor({format_expr(item.expr)})" + props_text(item.props)]
     args = ", ".join(_arg(a) for a in item.args)
-    fold = "fold " if item.fold else ""
+    fold = "fold " if getattr(item, "fold", False) else ""
     return _op_lines(indent, head + f"{fold}{item.op}({args})", item.params, item.props)
 
 
