@@ -103,7 +103,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
             ctx.report(error(f"rule `{r.name}` is defined twice", span=_name_span(ctx, r, "rule"),
                              code="duplicate-rule", notes=[Note("first defined here", _name_span(ctx, first, "rule"))]))
     overridden = _check_overrides(ctx, modules)
-    deep = {id(x) for m in modules if focus is None or m.file in focus for x in m.items}
+    deep = {id(x) for m in modules if focus is None or m.file in focus for x in (*m.rules, *m.tests)}
     broken: set[int] = set()  # rules with errors do not shadow others
     for r in rules:
         if id(r) not in deep:
@@ -125,7 +125,11 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     _check_shadowing(ctx, [r for r in rules if id(r) not in overridden], broken, keys)
     order = {m.file: i for i, m in enumerate(modules)}
     big = len(order)
-    return sorted(ctx.diagnostics, key=lambda d: (order.get(d.span.file, big), d.span.line, d.span.column)
+    # a map line's rule and its generated test can find the same fault at the same place: say it once
+    seen: set = set()
+    unique = [d for d in ctx.diagnostics
+              if not ((k := (d.code, d.message, str(d.span))) in seen or seen.add(k))]
+    return sorted(unique, key=lambda d: (order.get(d.span.file, big), d.span.line, d.span.column)
                   if d.span else (big + 1, 0, 0))
 
 
