@@ -318,7 +318,17 @@ class EmitLet:
     span: Span = _span()
 
 
-EmitItem = Union[EmitOp, EmitAlias, EmitTensor, EmitLet]
+@node
+class FragmentCall:
+    """`r = NAME(args)`: a fragment's emit items inlined here (args: values, `xs...`, expressions)."""
+
+    binders: Binders
+    name: str
+    args: tuple[Arg, ...]  # kind "rest" (`xs...`) or "expr" (anything else, a plain name included)
+    span: Span = _span()
+
+
+EmitItem = Union[EmitOp, EmitAlias, EmitTensor, EmitLet, FragmentCall]
 
 
 @node
@@ -522,7 +532,27 @@ class MapDecl:
         return Test(self.rule_name, tuple(body), None, self.backends, span=self.span)
 
 
-Item = Union[Import, OpDecl, Rule, MapDecl, Test]
+@node
+class FragmentParam:
+    name: str
+    rest: bool = False
+    span: Span = _span()
+
+
+@node
+class Fragment:
+    """`fragment NAME(params) -> results { emit items }`: emit items written once and inlined
+    where an emit block calls it; names it binds besides its results stay its own."""
+
+    name: str
+    params: tuple[FragmentParam, ...]
+    results: tuple[str, ...]
+    body: tuple[EmitItem, ...]
+    doc: str | None = None
+    span: Span = _span()
+
+
+Item = Union[Import, OpDecl, Rule, MapDecl, Fragment, Test]
 
 
 @node
@@ -540,10 +570,23 @@ class Module:
     def ops(self) -> tuple[OpDecl, ...]:
         return tuple(i for i in self.items if isinstance(i, OpDecl))
 
+    # the rules with fragments inlined, built once (rules keep their identity)
+    _rules: list = attrs.field(init=False, eq=False, repr=False, factory=list)
+
     @property
     def rules(self) -> tuple[Rule, ...]:
-        """The file's rules, each `map` line as the rule it stands for."""
-        return tuple(i.rule if isinstance(i, MapDecl) else i for i in self.items if isinstance(i, (Rule, MapDecl)))
+        """The file's rules, each `map` line as the rule it stands for, with the file's fragments inlined."""
+        if not self._rules:
+            from qlower.lang.fragments import inline  # noqa: PLC0415 - it builds on these classes
+
+            frags = {f.name: f for f in self.items if isinstance(f, Fragment)}
+            self._rules.append(tuple(inline(i.rule if isinstance(i, MapDecl) else i, frags)
+                                     for i in self.items if isinstance(i, (Rule, MapDecl))))
+        return self._rules[0]
+
+    @property
+    def fragments(self) -> tuple[Fragment, ...]:
+        return tuple(i for i in self.items if isinstance(i, Fragment))
 
     @property
     def tests(self) -> tuple[Test, ...]:

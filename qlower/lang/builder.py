@@ -358,6 +358,8 @@ class _Builder(Transformer):
             return ast.EmitOp(binders, op, args, params, props, fold=kind == "fold", span=s)
         if kind == "alias":
             return ast.EmitAlias(binders, payload, span=s)
+        if kind == "call":
+            return ast.FragmentCall(binders, payload[0], payload[1], span=s)
         expr, props = payload
         return ast.EmitTensor(binders, expr, props, span=s)
 
@@ -390,6 +392,21 @@ class _Builder(Transformer):
                 overrides = c[1]
         return ast.MapDecl(name, pattern, op, tuple(args), params, benefit, backends, overrides, test_type,
                            span=self._s(meta))
+
+    def fragment_decl(self, meta, ch):
+        toks = [c for c in ch if isinstance(c, _TOKENS) and c.type == "NAME"]
+        params = tuple(c for c in ch if isinstance(c, ast.FragmentParam))
+        body = tuple(c for c in ch if c is not None and not isinstance(c, (*_TOKENS, ast.FragmentParam)))
+        return ast.Fragment(str(toks[0]), params, tuple(str(t) for t in toks[1:]), body, span=self._s(meta))
+
+    def frag_param(self, meta, ch):
+        return ast.FragmentParam(str(ch[0]), ch[1] is not None, span=self._s(meta))
+
+    def emit_call(self, meta, ch):
+        return ("call", (str(ch[0]), tuple(c for c in ch[1:] if c is not None)), meta)
+
+    def arg_expr(self, meta, ch):
+        return ast.Arg("expr", expr=ch[0], span=self._s(meta))
 
     def map_test(self, meta, ch):
         return ch[0]

@@ -112,6 +112,9 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
         RuleChecker(ctx, r).run()
         if ctx.errors > n:
             broken.add(id(r))
+    for m in modules:
+        if focus is None or m.file in focus:
+            _check_fragments(ctx, m)
     tests: dict[str, ast.Test] = {}
     for m in modules:
         for t in m.tests:
@@ -235,6 +238,31 @@ def _matches_all(ctx: Context, rule: ast.Rule) -> bool:
         if sig is None or not (open_ or sig.inputs[0] == sig.inputs[1]):
             return False
     return True
+
+
+def _check_fragments(ctx, m: ast.Module) -> None:
+    """A fragment at its definition: unique name, every result bound, every value it uses a
+    parameter or its own; its expressions are checked where it is used (they need the caller's types)."""
+    from qlower.lang.fragments import local_names  # noqa: PLC0415
+
+    seen: dict[str, ast.Fragment] = {}
+    for f in m.fragments:
+        span = f.span
+        if f.name in seen:
+            ctx.report(error(f"fragment `{f.name}` is defined twice", span=span, code="duplicate-fragment"))
+        seen.setdefault(f.name, f)
+        known = {p.name for p in f.params} | set(local_names(f)) | set(f.results)
+        bound: set[str] = set()
+        for item in f.body:
+            for a in getattr(item, "args", ()):
+                if a.kind in ("value", "rest") and a.name not in known:
+                    ctx.report(error(f"fragment `{f.name}` uses `{a.name}`, which is neither its parameter nor "
+                                     "bound in it", span=a.span, code="fragment-scope"))
+            bound.update((item.name,) if isinstance(item, ast.EmitLet) else item.binders.names)
+        for r in f.results:
+            if r not in bound:
+                ctx.report(error(f"fragment `{f.name}` never binds its result `{r}`", span=span,
+                                 code="fragment-result"))
 
 
 def _check_overrides(ctx: Context, modules: Sequence[ast.Module]) -> set[int]:

@@ -75,6 +75,19 @@ class RuleChecker(PatternChecker):
 
     def _emit(self, item: ast.EmitItem) -> None:
         ctx = self.ctx
+        if isinstance(item, ast.FragmentCall):  # left in place only when it does not resolve
+            ctx.report(error(f"`{item.name}(...)` is not a fragment of this file with {len(item.args)} "
+                             f"argument(s) and {len(item.binders.names)} result(s)",
+                             span=self._at(item.span, item.name), code="unknown-fragment",
+                             hint="fragments are defined with `fragment NAME(params) -> results { ... }` "
+                                  "in the same file"))
+            for a in item.args:  # still look at the arguments and bind the results: no follow-on noise
+                if a.kind == "expr" and a.expr is not None:
+                    self.typer.infer(a.expr)
+                else:
+                    self._arg(a)
+            self._emit_binders(item.binders)
+            return
         if isinstance(item, ast.EmitLet):
             t = self.typer.infer(item.expr)
             self._define(item.name, "let", t, self._at(item.span, item.name, after="let"))

@@ -29,7 +29,7 @@ def _children(node) -> Sequence | None:
     """The nodes a comment may sit between, for nodes laid out one child a line."""
     if isinstance(node, ast.Module):
         return node.items
-    if isinstance(node, (ast.Rule, ast.Test)):
+    if isinstance(node, (ast.Rule, ast.Test, ast.Fragment)):
         return node.body
     if isinstance(node, ast.Emit):
         return node.items
@@ -158,7 +158,11 @@ class _Printer:
             return map_lines(item)
         saved, self.lines = self.lines, []
         try:
-            if isinstance(item, ast.Rule):
+            if isinstance(item, ast.Fragment):
+                params = ", ".join(p.name + ("..." if p.rest else "") for p in item.params)
+                head = f"fragment {item.name}({params}) -> {', '.join(item.results)}"
+                self.body(0, head, item, lambda d, it, cs: self.node_lines(d, item_lines(INDENT * d, "", it), it, cs))
+            elif isinstance(item, ast.Rule):
                 meta = (f" benefit {item.benefit}" if item.benefit is not None else "") + backends_text(item.backends)
                 meta += f" overrides {item.overrides}" if item.overrides else ""
                 self.body(0, f"rule {item.name}{meta}", item, self.stmt)

@@ -190,6 +190,8 @@ def _operand(o: ast.OperandPat) -> str:
 
 
 def _arg(a: ast.Arg) -> str:
+    if a.kind == "expr":
+        return format_expr(a.expr)
     if a.kind == "rest":
         return f"{a.name}..."
     if a.kind == "none":
@@ -260,6 +262,8 @@ def item_lines(indent: str, prefix: str, item) -> list[str]:
         return [indent + head + item.source]
     if isinstance(item, ast.EmitTensor):
         return [indent + head + f"tensor({format_expr(item.expr)})" + props_text(item.props)]
+    if isinstance(item, ast.FragmentCall):
+        return [indent + head + f"{item.name}({', '.join(_arg(a) for a in item.args)})"]
     args = ", ".join(_arg(a) for a in item.args)
     fold = "fold " if getattr(item, "fold", False) else ""
     return _op_lines(indent, head + f"{fold}{item.op}({args})", item.params, item.props)
