@@ -150,3 +150,52 @@ def test_behaviour_through_the_engine(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["test", str(f)]) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
     assert "7 passed, 0 failed" in out
+
+
+_FRAGMENTS = """import mllm.ops
+
+fragment to_nhwc(x) -> xt {
+  xt = qnn.Transpose(x) { perm: [0, 2, 3, 1] }
+}
+
+fragment to_nchw(c, ys) -> y {
+  t = qnn.Reshape(c) : shape [ys[0], ys[2], ys[3], ys[1]]
+  y = qnn.Transpose(t) { perm: [0, 3, 1, 2] }
+}
+
+rule relu_nhwc {
+  match y = mllm.ReLU(x: [_, _, _, _])
+  emit {
+    xt = to_nhwc(x)
+    r = qnn.Relu(xt)
+    t = to_nchw(r, shape(y))
+    y = to_nchw(to_nhwc_is_not_needed_here, shape(y))
+  }
+}
+"""
+
+
+def test_fragment_inlining_is_hygienic() -> None:
+    text = _FRAGMENTS.replace("    y = to_nchw(to_nhwc_is_not_needed_here, shape(y))\n", "").replace(
+        "t = to_nchw(r, shape(y))", "y = to_nchw(r, shape(y))")
+    (rule,) = parse(text, "f.qpat").rules
+    names = [i.binders.names for i in rule.emits]
+    assert names == [("xt",), ("r",), ("_to_nchw2_t",), ("y",)]  # `t` of the fragment is private
+    assert rule.emits[3].args[0].name == "_to_nchw2_t"
+
+
+def test_fragment_checked_at_definition_and_use(tmp_path: Path) -> None:
+    bad = ("fragment f(x) -> a, b {\n  a = qnn.Transpose(z) { perm: [1, 0] }\n}\n\n"
+           "rule r {\n  match y = mllm.ReLU(x)\n  emit y = f(x, 1)\n}\n")
+    got = _check(tmp_path, bad)
+    assert got == ["4:1 fragment-result", "5:21 fragment-scope", "10:12 unknown-fragment"], got
+
+
+def test_fragment_behaviour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = _FRAGMENTS.replace("    y = to_nchw(to_nhwc_is_not_needed_here, shape(y))\n", "").replace(
+        "t = to_nchw(r, shape(y))", "y = to_nchw(r, shape(y))")
+    text += ("\ntest relu_nhwc {\n  input x: f32[1, 3, 4, 5]\n  graph y = mllm.ReLU(x)\n"
+             "  expect ops qnn.Transpose, qnn.Relu, qnn.Reshape, qnn.Transpose\n  expect close atol 0 rtol 0\n}\n")
+    f = tmp_path / "frag.qpat"
+    f.write_text(text, encoding="utf-8")
+    assert main(["test", str(f)]) == 0, capsys.readouterr().out
