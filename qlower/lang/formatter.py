@@ -120,12 +120,13 @@ class _Printer:
         self.lines.extend(lines[:-1] + [lines[-1] + suffix])
 
     def module(self, m: ast.Module) -> None:
-        prev = None
+        prev, prev_single = None, True
         for item in m.items:
             lines = self.item_lines(item)
             above, suffix = _split(self.comments.before.get(id(item), []), item, lines)
             grouped = not above and (isinstance(prev, ast.Import) and isinstance(item, ast.Import)
-                                     or _adjacent_ops(prev, item))
+                                     or _adjacent_ops(prev, item) and (len(lines) == 1 and prev_single
+                                                                       or isinstance(item, ast.OpDecl)))
             if prev is not None and not grouped:
                 self.lines.append("")
             self.top_notes(above)
@@ -135,7 +136,7 @@ class _Printer:
             if doc is not None:
                 self.lines.extend(f"# {line}" if line else "#" for line in doc.split("\n"))
             self.lines.extend(lines[:-1] + [lines[-1] + suffix])
-            prev = item
+            prev, prev_single = item, len(lines) == 1
         tail = self.comments.end.get(id(m), [])
         if tail and m.items:
             self.lines.append("")

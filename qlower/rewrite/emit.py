@@ -190,7 +190,7 @@ class EmitProgram:
             rebound = {id(v) for v in env[self.root_results[0]]}
         produced: set[int] = set()
         for kind, item, a, b, props in self.items:
-            if getattr(item, "default", False) and env.get(item.binders.names[0]) is not None:
+            if kind != "let" and item.default and env.get(item.binders.names[0]) is not None:
                 continue  # `b ?= ...` when b is present
             try:
                 if kind == "op" and item.fold:

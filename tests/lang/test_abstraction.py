@@ -199,3 +199,12 @@ def test_fragment_behaviour(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     f = tmp_path / "frag.qpat"
     f.write_text(text, encoding="utf-8")
     assert main(["test", str(f)]) == 0, capsys.readouterr().out
+
+
+def test_long_map_lines_wrap_and_formatting_is_idempotent() -> None:
+    long = ("map reduce_min: mllm.ReduceMin(x) { dim: d, keepdim: k } -> qnn.ReduceMin(x) { axes: [normdim(d, rank(x))], "
+            "keep_dims: k }\n")
+    text = "map mllm.Neg(x) -> qnn.ElementWiseNeg(x)\n" + long + long.replace("min", "max").replace("Min", "Max")
+    once = format_text(text)
+    assert format_text(once) == once and parse(once) == parse(text)
+    assert "{\n  axes: [normdim(d, rank(x))],\n  keep_dims: k,\n}\n\nmap reduce_max" in once
