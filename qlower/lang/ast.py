@@ -166,6 +166,7 @@ class ValueType:
 class Capture:
     name: str
     type: ValueType | None = None
+    optional: bool = False  # `b?`: an optional operand; `b` is none when the op has no such operand
     span: Span = _span()
 
 
@@ -284,6 +285,10 @@ class EmitOp:
     args: tuple[Arg, ...]
     params: tuple[Param, ...] = ()
     props: tuple[ValueProp, ...] = ()
+    # `y = fold qnn.ElementWiseAdd(xs...)`: a left-leaning chain of the binary op over the list
+    fold: bool = False
+    # `b ?= ...`: only emitted when `b` (an optional operand) is absent
+    default: bool = False
     span: Span = _span()
 
 
@@ -291,6 +296,7 @@ class EmitOp:
 class EmitAlias:
     binders: Binders
     source: str
+    default: bool = False
     span: Span = _span()
 
 
@@ -299,6 +305,7 @@ class EmitTensor:
     binders: Binders
     expr: Expr
     props: tuple[ValueProp, ...] = ()
+    default: bool = False
     span: Span = _span()
 
 
@@ -311,7 +318,17 @@ class EmitLet:
     span: Span = _span()
 
 
-EmitItem = Union[EmitOp, EmitAlias, EmitTensor, EmitLet]
+@node
+class FragmentCall:
+    """`r = NAME(args)`: a fragment's emit items inlined here (args: values, `xs...`, expressions)."""
+
+    binders: Binders
+    name: str
+    args: tuple[Arg, ...]  # kind "rest" (`xs...`) or "expr" (anything else, a plain name included)
+    span: Span = _span()
+
+
+EmitItem = Union[EmitOp, EmitAlias, EmitTensor, EmitLet, FragmentCall]
 
 
 @node
@@ -343,6 +360,27 @@ class Rule:
     @property
     def emits(self) -> tuple[EmitItem, ...]:
         return tuple(i for s in self.body if isinstance(s, Emit) for i in s.items)
+
+
+def optional_captures(rule: Rule) -> list[str]:
+    """Names of a rule's `b?` captures, nested patterns included."""
+    out: list[str] = []
+
+    def walk(p) -> None:
+        if isinstance(p, Capture) and p.optional:
+            out.append(p.name)
+        elif isinstance(p, OpPattern):
+            for o in p.operands:
+                walk(o)
+        elif isinstance(p, NamedNested):
+            walk(p.pattern)
+        elif isinstance(p, Alternatives):
+            for o in p.options:
+                walk(o)
+
+    for m in rule.matches:
+        walk(m.pattern)
+    return out
 
 
 # ----------------------------------------------------------------------- tests
@@ -429,7 +467,92 @@ class Comment:
     own_line: bool = True  # False for a comment trailing code on its line
 
 
-Item = Union[Import, OpDecl, Rule, Test]
+@node
+class MapDecl:
+    """`map [name:] PATTERN -> OP(args) {params}`: a 1:1 rule on one line; its result is `y`.
+
+    With `tested TYPE` it also carries a generated test: every captured operand an input of
+    that type, the source op with the pattern's literal attributes, `expect ops OP` and
+    `expect close`."""
+
+    name: str | None
+    pattern: OpPattern
+    op: str
+    args: tuple[Arg, ...]
+    params: tuple[Param, ...] = ()
+    benefit: int | None = None
+    backends: tuple[str, ...] | None = None
+    overrides: str | None = None
+    test_type: TensorType | None = None
+    doc: str | None = None
+    span: Span = _span()
+    # built once, so the rule keeps its identity (the checker and engine index rules by object)
+    _rule: Rule = attrs.field(init=False, eq=False, repr=False)
+    _test: Test | None = attrs.field(init=False, eq=False, repr=False)
+
+    @_rule.default
+    def _make_rule(self) -> Rule:
+        return self._build_rule()
+
+    @_test.default
+    def _make_test(self) -> Test | None:
+        return self._build_test()
+
+    @property
+    def rule(self) -> Rule:
+        return self._rule
+
+    @property
+    def test(self) -> Test | None:
+        return self._test
+
+    @property
+    def rule_name(self) -> str:
+        """The given name, else the source op's name in lower case (`mllm.ReLU` → `relu`)."""
+        return self.name or self.pattern.op_types[0].split(".", 1)[1].lower()
+
+    def _build_rule(self) -> Rule:
+        binders = Binders(("y",), span=self.span)
+        body = (Match(binders, self.pattern, span=self.span),
+                Emit((EmitOp(binders, self.op, self.args, self.params, span=self.span),), False, span=self.span))
+        return Rule(self.rule_name, body, self.benefit, self.backends, self.doc, self.overrides, span=self.span)
+
+    def _build_test(self) -> Test | None:
+        if self.test_type is None:
+            return None
+        names = [o.name for o in self.pattern.operands if isinstance(o, Capture) and not o.optional]
+        body: list = [TestInput(n, self.test_type, span=self.span) for n in names]
+        params = tuple(Param(a.name, Literal(a.value, span=self.span), span=self.span)
+                       for a in self.pattern.attrs if a.kind == "literal")
+        args = tuple(Arg("value", n, span=self.span) for n in names)
+        body.append(TestGraph((GraphNode(Binders(("y",), span=self.span), self.pattern.op_types[0], args,
+                                         params, span=self.span),), span=self.span))
+        body.append(Expect("ops", ops=(self.op,), span=self.span))
+        body.append(Expect("close", span=self.span))
+        return Test(self.rule_name, tuple(body), None, self.backends, span=self.span)
+
+
+@node
+class FragmentParam:
+    name: str
+    rest: bool = False
+    span: Span = _span()
+
+
+@node
+class Fragment:
+    """`fragment NAME(params) -> results { emit items }`: emit items written once and inlined
+    where an emit block calls it; names it binds besides its results stay its own."""
+
+    name: str
+    params: tuple[FragmentParam, ...]
+    results: tuple[str, ...]
+    body: tuple[EmitItem, ...]
+    doc: str | None = None
+    span: Span = _span()
+
+
+Item = Union[Import, OpDecl, Rule, MapDecl, Fragment, Test]
 
 
 @node
@@ -447,13 +570,29 @@ class Module:
     def ops(self) -> tuple[OpDecl, ...]:
         return tuple(i for i in self.items if isinstance(i, OpDecl))
 
+    # the rules with fragments inlined, built once (rules keep their identity)
+    _rules: list = attrs.field(init=False, eq=False, repr=False, factory=list)
+
     @property
     def rules(self) -> tuple[Rule, ...]:
-        return tuple(i for i in self.items if isinstance(i, Rule))
+        """The file's rules, each `map` line as the rule it stands for, with the file's fragments inlined."""
+        if not self._rules:
+            from qlower.lang.fragments import inline  # noqa: PLC0415 - it builds on these classes
+
+            frags = {f.name: f for f in self.items if isinstance(f, Fragment)}
+            self._rules.append(tuple(inline(i.rule if isinstance(i, MapDecl) else i, frags)
+                                     for i in self.items if isinstance(i, (Rule, MapDecl))))
+        return self._rules[0]
+
+    @property
+    def fragments(self) -> tuple[Fragment, ...]:
+        return tuple(i for i in self.items if isinstance(i, Fragment))
 
     @property
     def tests(self) -> tuple[Test, ...]:
-        return tuple(i for i in self.items if isinstance(i, Test))
+        """The file's tests, with those `map ... tested TYPE` lines generate."""
+        return tuple(t for t in (i.test if isinstance(i, MapDecl) else i for i in self.items
+                                 if isinstance(i, (Test, MapDecl))) if t is not None)
 
     @property
     def imports(self) -> tuple[Import, ...]:

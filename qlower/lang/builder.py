@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextvars
 import json
 
+import attrs
+
 from lark import Token, Transformer, v_args
 
 from qlower.diagnostics import QlowerError, Span, error
@@ -271,7 +273,8 @@ class _Builder(Transformer):
 
     def capture(self, meta, ch):
         vt = next((c for c in ch[1:] if isinstance(c, ast.ValueType)), None)
-        return ast.Capture(str(ch[0]), vt, span=self._s(meta))
+        optional = any(isinstance(c, _TOKENS) and c.type == "OPTIONAL" for c in ch[1:])
+        return ast.Capture(str(ch[0]), vt, optional, span=self._s(meta))
 
     def wildcard(self, meta, ch):
         vt = next((c for c in ch if isinstance(c, ast.ValueType)), None)
@@ -356,13 +359,63 @@ class _Builder(Transformer):
     def emit_item(self, meta, ch):
         binders, (kind, payload, _where) = ch
         s = self._s(meta)
-        if kind == "op":
+        if kind in ("op", "fold"):
             op, args, params, props = payload
-            return ast.EmitOp(binders, op, args, params, props, span=s)
+            return ast.EmitOp(binders, op, args, params, props, fold=kind == "fold", span=s)
         if kind == "alias":
             return ast.EmitAlias(binders, payload, span=s)
+        if kind == "call":
+            return ast.FragmentCall(binders, payload[0], payload[1], span=s)
         expr, props = payload
         return ast.EmitTensor(binders, expr, props, span=s)
+
+    def emit_default(self, meta, ch):
+        return attrs.evolve(self.emit_item(meta, ch), default=True)
+
+    def emit_fold(self, meta, ch):
+        kind, payload, where = ch[0]
+        return ("fold", payload, where)
+
+    def map_decl(self, meta, ch):
+        name = next((str(c) for c in ch if isinstance(c, _TOKENS) and c.type == "NAME"), None)
+        i = next(i for i, c in enumerate(ch) if isinstance(c, ast.OpPattern))
+        pattern, op, *rest = ch[i:]
+        benefit = backends = overrides = test_type = None
+        args: list[ast.Arg] = []
+        params: tuple = ()
+        for c in rest:
+            if isinstance(c, ast.Arg):
+                args.append(c)
+            elif isinstance(c, _Params):
+                params = c.items
+            elif isinstance(c, ast.TensorType):
+                test_type = c
+            elif isinstance(c, tuple) and c[0] == "benefit":
+                benefit = c[1]
+            elif isinstance(c, tuple) and c[0] == "backends":
+                backends = c[1]
+            elif isinstance(c, tuple) and c[0] == "overrides":
+                overrides = c[1]
+        return ast.MapDecl(name, pattern, op, tuple(args), params, benefit, backends, overrides, test_type,
+                           span=self._s(meta))
+
+    def fragment_decl(self, meta, ch):
+        toks = [c for c in ch if isinstance(c, _TOKENS) and c.type == "NAME"]
+        params = tuple(c for c in ch if isinstance(c, ast.FragmentParam))
+        body = tuple(c for c in ch if c is not None and not isinstance(c, (*_TOKENS, ast.FragmentParam)))
+        return ast.Fragment(str(toks[0]), params, tuple(str(t) for t in toks[1:]), body, span=self._s(meta))
+
+    def frag_param(self, meta, ch):
+        return ast.FragmentParam(str(ch[0]), ch[1] is not None, span=self._s(meta))
+
+    def emit_call(self, meta, ch):
+        return ("call", (str(ch[0]), tuple(c for c in ch[1:] if c is not None)), meta)
+
+    def arg_expr(self, meta, ch):
+        return ast.Arg("expr", expr=ch[0], span=self._s(meta))
+
+    def map_test(self, meta, ch):
+        return ch[0]
 
     def emit_let(self, meta, ch):
         return ast.EmitLet(str(ch[0]), ch[1], span=self._s(meta))

@@ -105,7 +105,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
             ctx.report(error(f"rule `{r.name}` is defined twice", span=_name_span(ctx, r, "rule"),
                              code="duplicate-rule", notes=[Note("first defined here", _name_span(ctx, first, "rule"))]))
     overridden = _check_overrides(ctx, modules)
-    deep = {id(x) for m in modules if focus is None or m.file in focus for x in m.items}
+    deep = {id(x) for m in modules if focus is None or m.file in focus for x in (*m.rules, *m.tests)}
     broken: set[int] = set()  # rules with errors do not shadow others
     for r in rules:
         if id(r) not in deep:
@@ -116,6 +116,9 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
         _check_self_feeding(ctx, r)
         if ctx.errors > n:
             broken.add(id(r))
+    for m in modules:
+        if focus is None or m.file in focus:
+            _check_fragments(ctx, m)
     tests: dict[str, ast.Test] = {}
     for m in modules:
         for t in m.tests:
@@ -129,7 +132,11 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     _check_shadowing(ctx, [r for r in rules if id(r) not in overridden], broken, keys)
     order = {m.file: i for i, m in enumerate(modules)}
     big = len(order)
-    return sorted(ctx.diagnostics, key=lambda d: (order.get(d.span.file, big), d.span.line, d.span.column)
+    # a map line's rule and its generated test can find the same fault at the same place: say it once
+    seen: set = set()
+    unique = [d for d in ctx.diagnostics
+              if not ((k := (d.code, d.message, str(d.span))) in seen or seen.add(k))]
+    return sorted(unique, key=lambda d: (order.get(d.span.file, big), d.span.line, d.span.column)
                   if d.span else (big + 1, 0, 0))
 
 
@@ -267,6 +274,31 @@ def _check_cleanup(ctx: Context, rule: ast.Rule) -> None:
                 ctx.report(error(f"a cleanup rule (rooted at a QNN op) cannot emit `{item.op}`: it runs after "
                                  f"lowering, when only QNN ops remain", span=ctx.locate.find(item.span, item.op),
                                  code="cleanup-emits-source"))
+
+
+def _check_fragments(ctx, m: ast.Module) -> None:
+    """A fragment at its definition: unique name, every result bound, every value it uses a
+    parameter or its own; its expressions are checked where it is used (they need the caller's types)."""
+    from qlower.lang.fragments import local_names  # noqa: PLC0415
+
+    seen: dict[str, ast.Fragment] = {}
+    for f in m.fragments:
+        span = f.span
+        if f.name in seen:
+            ctx.report(error(f"fragment `{f.name}` is defined twice", span=span, code="duplicate-fragment"))
+        seen.setdefault(f.name, f)
+        known = {p.name for p in f.params} | set(local_names(f)) | set(f.results)
+        bound: set[str] = set()
+        for item in f.body:
+            for a in getattr(item, "args", ()):
+                if a.kind in ("value", "rest") and a.name not in known:
+                    ctx.report(error(f"fragment `{f.name}` uses `{a.name}`, which is neither its parameter nor "
+                                     "bound in it", span=a.span, code="fragment-scope"))
+            bound.update((item.name,) if isinstance(item, ast.EmitLet) else item.binders.names)
+        for r in f.results:
+            if r not in bound:
+                ctx.report(error(f"fragment `{f.name}` never binds its result `{r}`", span=span,
+                                 code="fragment-result"))
 
 
 def _check_overrides(ctx: Context, modules: Sequence[ast.Module]) -> set[int]:

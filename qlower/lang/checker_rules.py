@@ -75,6 +75,19 @@ class RuleChecker(PatternChecker):
 
     def _emit(self, item: ast.EmitItem) -> None:
         ctx = self.ctx
+        if isinstance(item, ast.FragmentCall):  # left in place only when it does not resolve
+            ctx.report(error(f"`{item.name}(...)` is not a fragment of this file with {len(item.args)} "
+                             f"argument(s) and {len(item.binders.names)} result(s)",
+                             span=self._at(item.span, item.name), code="unknown-fragment",
+                             hint="fragments are defined with `fragment NAME(params) -> results { ... }` "
+                                  "in the same file"))
+            for a in item.args:  # still look at the arguments and bind the results: no follow-on noise
+                if a.kind == "expr" and a.expr is not None:
+                    self.typer.infer(a.expr)
+                else:
+                    self._arg(a)
+            self._emit_binders(item.binders)
+            return
         if isinstance(item, ast.EmitLet):
             t = self.typer.infer(item.expr)
             self._define(item.name, "let", t, self._at(item.span, item.name, after="let"))
@@ -101,7 +114,36 @@ class RuleChecker(PatternChecker):
         else:
             self.typer.expect(item.expr, "tensor", "`tensor(...)` data")
             ctx.check_props(item.props, self.typer)
-        self._emit_binders(item.binders)
+        if getattr(item, "default", False):
+            self._default_binders(item.binders)
+        else:
+            self._emit_binders(item.binders)
+        if isinstance(item, ast.EmitOp) and item.fold:
+            self._fold(item)
+
+    def _optional_names(self) -> set[str]:
+        return set(ast.optional_captures(self.rule))
+
+    def _default_binders(self, binders: ast.Binders) -> None:
+        """`b ?= ...`: b must be an optional capture `b?`, and is not rebound (it keeps its binding)."""
+        optional = self._optional_names()
+        for name in binders.names:
+            b = self.scope.get(name)
+            if name not in optional or binders.rest or len(binders.names) != 1:
+                self.ctx.report(error(f"`{name} ?= ...` gives a default to an optional operand, but `{name}` "
+                                      "is not captured with `?`", span=self._at(binders.span, name),
+                                      hint=f"capture it as `{name}?` in the match, or write `{name} = ...`",
+                                      code="default-not-optional"))
+            elif b is not None:
+                b.used = True
+
+    def _fold(self, item: ast.EmitOp) -> None:
+        """`y = fold OP(xs...)`: one list operand, one result, a two-operand OP."""
+        if len(item.args) != 1 or item.args[0].kind != "rest":
+            self.ctx.report(error(f"`fold {item.op}(...)` takes exactly one list, as `xs...`",
+                                  span=self._at(item.span, item.op), code="fold-args"))
+        if len(item.binders.names) != 1 or item.binders.rest:
+            self.ctx.report(error("`fold` binds exactly one result", span=item.binders.span, code="result-arity"))
 
     def _arg(self, a: ast.Arg) -> None:
         if a.kind == "value":

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from qlower.lang import ast
 from qlower.lang.formatter_parts import (
+    map_lines,
     INDENT, WIDTH, backends_text, expect_text, float_text, format_expr, format_pattern, item_lines,
     literal_text, match_lines, op_decl_text, props_text, quote, tensor_type_text,
 )
@@ -28,7 +29,7 @@ def _children(node) -> Sequence | None:
     """The nodes a comment may sit between, for nodes laid out one child a line."""
     if isinstance(node, ast.Module):
         return node.items
-    if isinstance(node, (ast.Rule, ast.Test)):
+    if isinstance(node, (ast.Rule, ast.Test, ast.Fragment)):
         return node.body
     if isinstance(node, ast.Emit):
         return node.items
@@ -89,8 +90,10 @@ def _split(comments: Sequence[ast.Comment], node, lines: Sequence[str]) -> tuple
 
 
 def _adjacent_ops(prev, item) -> bool:
-    """One-line op declarations written on consecutive lines stay grouped."""
-    if not (isinstance(prev, ast.OpDecl) and isinstance(item, ast.OpDecl)) or item.doc is not None:
+    """One-line op declarations (or map lines) written on consecutive lines stay grouped."""
+    same = (isinstance(prev, ast.OpDecl) and isinstance(item, ast.OpDecl)
+            or isinstance(prev, ast.MapDecl) and isinstance(item, ast.MapDecl))
+    if not same or item.doc is not None:
         return False
     return prev.span is not None and item.span is not None and item.span.line <= prev.span.end_line + 1
 
@@ -117,12 +120,13 @@ class _Printer:
         self.lines.extend(lines[:-1] + [lines[-1] + suffix])
 
     def module(self, m: ast.Module) -> None:
-        prev = None
+        prev, prev_single = None, True
         for item in m.items:
             lines = self.item_lines(item)
             above, suffix = _split(self.comments.before.get(id(item), []), item, lines)
             grouped = not above and (isinstance(prev, ast.Import) and isinstance(item, ast.Import)
-                                     or _adjacent_ops(prev, item))
+                                     or _adjacent_ops(prev, item) and (len(lines) == 1 and prev_single
+                                                                       or isinstance(item, ast.OpDecl)))
             if prev is not None and not grouped:
                 self.lines.append("")
             self.top_notes(above)
@@ -132,7 +136,7 @@ class _Printer:
             if doc is not None:
                 self.lines.extend(f"# {line}" if line else "#" for line in doc.split("\n"))
             self.lines.extend(lines[:-1] + [lines[-1] + suffix])
-            prev = item
+            prev, prev_single = item, len(lines) == 1
         tail = self.comments.end.get(id(m), [])
         if tail and m.items:
             self.lines.append("")
@@ -151,9 +155,15 @@ class _Printer:
             return [f"import {quote(item.target) if item.is_path else item.target}"]
         if isinstance(item, ast.OpDecl):
             return [op_decl_text(item)]
+        if isinstance(item, ast.MapDecl):
+            return map_lines(item)
         saved, self.lines = self.lines, []
         try:
-            if isinstance(item, ast.Rule):
+            if isinstance(item, ast.Fragment):
+                params = ", ".join(p.name + ("..." if p.rest else "") for p in item.params)
+                head = f"fragment {item.name}({params}) -> {', '.join(item.results)}"
+                self.body(0, head, item, lambda d, it, cs: self.node_lines(d, item_lines(INDENT * d, "", it), it, cs))
+            elif isinstance(item, ast.Rule):
                 meta = (f" benefit {item.benefit}" if item.benefit is not None else "") + backends_text(item.backends)
                 meta += f" overrides {item.overrides}" if item.overrides else ""
                 self.body(0, f"rule {item.name}{meta}", item, self.stmt)

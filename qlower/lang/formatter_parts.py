@@ -179,7 +179,7 @@ def _flags(p: ast.OpPattern) -> str:
 
 def _operand(o: ast.OperandPat) -> str:
     if isinstance(o, ast.Capture):
-        return _value_type(o.name, o.type)
+        return _value_type(o.name + ("?" if o.optional else ""), o.type)
     if isinstance(o, ast.Wildcard):
         return _value_type("_", o.type)
     if isinstance(o, ast.RestCapture):
@@ -192,6 +192,8 @@ def _operand(o: ast.OperandPat) -> str:
 
 
 def _arg(a: ast.Arg) -> str:
+    if a.kind == "expr":
+        return format_expr(a.expr)
     if a.kind == "rest":
         return f"{a.name}..."
     if a.kind == "none":
@@ -257,13 +259,31 @@ def match_lines(indent: str, m: ast.Match) -> list[str]:
 def item_lines(indent: str, prefix: str, item) -> list[str]:
     if isinstance(item, ast.EmitLet):
         return [indent + prefix + f"let {item.name} = {format_expr(item.expr)}"]
-    head = prefix + binders_text(item.binders) + " = "
+    head = prefix + binders_text(item.binders) + (" ?= " if getattr(item, "default", False) else " = ")
     if isinstance(item, ast.EmitAlias):
         return [indent + head + item.source]
     if isinstance(item, ast.EmitTensor):
         return [indent + head + f"tensor({format_expr(item.expr)})" + props_text(item.props)]
+    if isinstance(item, ast.FragmentCall):
+        return [indent + head + f"{item.name}({', '.join(_arg(a) for a in item.args)})"]
     args = ", ".join(_arg(a) for a in item.args)
-    return _op_lines(indent, head + f"{item.op}({args})", item.params, item.props)
+    fold = "fold " if getattr(item, "fold", False) else ""
+    return _op_lines(indent, head + f"{fold}{item.op}({args})", item.params, item.props)
+
+
+def map_lines(m: ast.MapDecl) -> list[str]:
+    """`map [name:] PATTERN -> OP(args) {params} meta [tested TYPE]`; blocks wrap like an emitted op's."""
+    p = m.pattern
+    name = f"{m.name}: " if m.name is not None else ""
+    head = f"map {name}{' | '.join(p.op_types)}({', '.join(_operand(o) for o in p.operands)})"
+    attrs = [f"{a.name}: {_attr_value(a)}" for a in p.attrs]
+    if attrs:
+        head += " { " + ", ".join(attrs) + " }"
+    head += _flags(p) + f" -> {m.op}({', '.join(_arg(a) for a in m.args)})"
+    tail = (f" benefit {m.benefit}" if m.benefit is not None else "") + backends_text(m.backends)
+    tail += f" overrides {m.overrides}" if m.overrides else ""
+    tail += f" tested {tensor_type_text(m.test_type)}" if m.test_type is not None else ""
+    return _block_lines("", head, [f"{q.name}: {format_expr(q.expr)}" for q in m.params], tail)
 
 
 def expect_text(e: ast.Expect) -> str:

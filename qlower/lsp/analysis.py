@@ -176,6 +176,12 @@ class Workspace:
                 detail = f"backends({', '.join(item.backends)})" if item.backends else ""
                 out.append(Symbol(item.name, "rule", item.span, locate.find(item.span, item.name, after="rule"),
                                   detail))
+            elif isinstance(item, ast.MapDecl):
+                out.append(Symbol(item.rule_name, "map", item.span, item.span,
+                                  f"{item.pattern.op_types[0]} -> {item.op}"))
+            elif isinstance(item, ast.Fragment):
+                out.append(Symbol(item.name, "fragment", item.span,
+                                  locate.find(item.span, item.name, after="fragment"), ", ".join(item.results)))
             elif isinstance(item, ast.Test):
                 out.append(Symbol(item.name, "test", item.span, locate.find(item.span, item.name, after="test"),
                                   f"for {item.rule_name}"))

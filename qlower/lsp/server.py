@@ -26,7 +26,8 @@ _COMPLETION_KIND = {"op": lsp.CompletionItemKind.Class, "param": lsp.CompletionI
                     "variable": lsp.CompletionItemKind.Variable, "keyword": lsp.CompletionItemKind.Keyword,
                     "rule": lsp.CompletionItemKind.Reference, "module": lsp.CompletionItemKind.Module}
 _SYMBOL_KIND = {"rule": lsp.SymbolKind.Function, "test": lsp.SymbolKind.Method, "op": lsp.SymbolKind.Class,
-                "import": lsp.SymbolKind.Module}
+                "import": lsp.SymbolKind.Module, "map": lsp.SymbolKind.Function,
+                "fragment": lsp.SymbolKind.Function}
 
 
 def to_range(span: Span) -> lsp.Range:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import numpy as np
 
 from qlower.diagnostics import Span
@@ -115,6 +116,8 @@ class EmitProgram:
         self.root_results = tuple(n for n in root.binders.names if n != "_")
         self.root_rest = root.binders.rest
         self.items = []
+        # `b?` captures: an absent one passes as an absent operand (or gets its `b ?= ...` default)
+        self.optional = frozenset(ast.optional_captures(rule.rule))
         for item in rule.rule.emits:
             props = {p.kind: (compile_expr(p.expr, bound, functions), p.span) for p in getattr(item, "props", ())}
             if isinstance(item, ast.EmitOp):
@@ -150,7 +153,7 @@ class EmitProgram:
         if len(self.items) != 1 or self.items[0][0] != "op" or self.root_rest:
             return None
         _, item, args, params, props = self.items[0]
-        if props or item.binders.rest or tuple(item.binders.names) != self.root_results:
+        if props or item.fold or item.binders.rest or tuple(item.binders.names) != self.root_results:
             return None
         if any(kind != "value" for kind, *_ in args):
             return None
@@ -175,8 +178,12 @@ class EmitProgram:
             rebound = {id(v) for v in env[self.root_results[0]]}
         produced: set[int] = set()
         for kind, item, a, b, props in self.items:
+            if kind != "let" and item.default and env.get(item.binders.names[0]) is not None:
+                continue  # `b ?= ...` when b is present
             try:
-                if kind == "op":
+                if kind == "op" and item.fold:
+                    self._plan_fold(plan, env, item, a, b, props, backend, rebound, produced)
+                elif kind == "op":
                     self._plan_op(plan, env, item, a, b, props, backend, rebound, produced)
                 elif kind == "alias":
                     self._plan_alias(plan, env, item, rebound, produced)
@@ -256,7 +263,9 @@ class EmitProgram:
             raise EmitFailure(f"{op_type[4:]} is not supported on {backend.upper()}", item.span, soft=True)
         operands: list[Any] = []
         for kind, name, fn, span in args:
-            if kind == "value":
+            if kind == "value" and name in self.optional and env.get(name) is None:
+                operands.append(None)
+            elif kind == "value":
                 operands.append(self._lookup(env, name, span, rebound, produced))
             elif kind == "rest":
                 vals = env.get(name)
@@ -322,6 +331,32 @@ class EmitProgram:
         if item.binders.rest:
             env[item.binders.names[0]] = results
         plan.ops.append(NewOp(op_type, operands, results, attrs, names[0] if names else op_type))
+
+    def _plan_fold(self, plan: Plan, env: Env, item: ast.EmitOp, args, params, props, backend,
+                   rebound: set[int], produced: set[int]) -> None:
+        """`y = fold OP(xs...)`: OP(OP(x0, x1), x2)...; the steps before the last are new values
+        (shape and dtype inferred), the last one produces `y` with the item's props."""
+        ((_, name, _, span),) = args
+        vals = env.get(name)
+        if not isinstance(vals, list) or len(vals) < 2:
+            count = len(vals) if isinstance(vals, list) else "no"
+            raise EmitFailure(f"fold {item.op} needs at least two values; `{name}` has {count}", span)
+        (out,) = item.binders.names
+        acc = vals[0]
+        for i, v in enumerate(vals[1:], start=1):
+            last = i == len(vals) - 1
+            step = f"{out}_fold{i}"
+            env[step + "_a"], env[step + "_b"] = acc, v
+            step_args = [("value", step + "_a", None, span), ("value", step + "_b", None, span)]
+            binders = item.binders if last else ast.Binders((step,), span=item.span)
+            step_item = attrs.evolve(item, binders=binders, fold=False)
+            try:
+                self._plan_op(plan, env, step_item, step_args, params, props if last else {}, backend,
+                              rebound, produced)
+            finally:
+                del env[step + "_a"], env[step + "_b"]
+            if not last:
+                acc = env[step]
 
     def _new_result(self, env, name, i, sigs, operands, props, item, op_type) -> NewValue:
         shape = dtype = None

@@ -64,7 +64,11 @@ class _Tracer:
             operands.pop()
         fixed = [p for p in pat.operands if not isinstance(p, ast.RestCapture)]
         rest = next((p for p in pat.operands if isinstance(p, ast.RestCapture)), None)
-        if rest is None and len(operands) != len(fixed):
+        least = len(fixed)  # trailing `b?` (and untyped `_`) may stand for absent operands
+        while least and (isinstance(fixed[least - 1], ast.Capture) and fixed[least - 1].optional
+                         or isinstance(fixed[least - 1], ast.Wildcard) and fixed[least - 1].type is None):
+            least -= 1
+        if rest is None and not least <= len(operands) <= len(fixed):
             raise _Stop(f"{op.name} has {len(operands)} operands, the pattern {len(fixed)}", pat.span)
         if rest is not None and len(operands) < len(fixed):
             raise _Stop(f"{op.name} has {len(operands)} operands, the pattern needs at least {len(fixed)}", pat.span)
@@ -77,7 +81,7 @@ class _Tracer:
         for order in orders:
             trial = dict(env)
             try:
-                for p, v in zip(fixed, order):
+                for p, v in zip(fixed, order + [None] * (len(fixed) - len(order))):
                     self.operand(p, v, trial)
                 if rest is not None:
                     trial[rest.name] = list(order[len(fixed):])
@@ -92,6 +96,10 @@ class _Tracer:
 
     def operand(self, p: Any, v: Value | None, env: dict) -> None:
         if isinstance(p, ast.Capture):
+            if v is None and p.optional:
+                env[p.name] = None
+                self.steps.append(f"optional operand `{p.name}` is absent")
+                return
             if v is None:
                 raise _Stop(f"operand `{p.name}` is absent", p.span)
             if p.name in env and env[p.name] is not v:

@@ -81,6 +81,13 @@ def _shape(v) -> list[int]:
     return list(v.shape)
 
 
+def _optype(v) -> str:
+    op = getattr(v, "producer", None)
+    if op is None:
+        raise EvalError(f"{v.name} is not produced by an op")
+    return op.type
+
+
 def _normdim(d: int, rank: int) -> int:
     if not -rank <= d < max(rank, 1):
         raise EvalError(f"dim {d} is out of range for rank {rank}")
@@ -168,6 +175,8 @@ _BUILTINS: tuple[Function, ...] = (
     Function("uses", ("value",), "int", lambda v: v.use_count, doc="number of operand uses"),
     Function("encoding", ("value",), "encoding", lambda v: v.quant, doc="the value's encoding or none"),
     Function("const_value", ("value",), "tensor", _const_value, doc="constant data"),
+    Function("optype", ("value",), "str", lambda v: _optype(v),
+             doc="the type of the op producing the value (which alternative of `A | B` matched)"),
     Function("len", ("list[any]",), "int", lambda xs: len(xs)),
     Function("range", ("int", "int"), "list[int]", _range, optional=1),
     Function("min", ("number*",), "number", lambda *xs: _extreme(min, xs)),

@@ -68,7 +68,7 @@ class PatternCompiler:
     # ---------------------------------------------------------------- operands
     def operand(self, pat: ast.OperandPat) -> ValueMatcher:
         if isinstance(pat, ast.Capture):
-            return self._capture(pat.name, self.value_type(pat.type))
+            return self._capture(pat.name, self.value_type(pat.type), optional=pat.optional)
         if isinstance(pat, ast.Wildcard):
             check = self.value_type(pat.type)
             if check is None:
@@ -103,10 +103,16 @@ class PatternCompiler:
             return alt
         raise TypeError(f"not an operand pattern: {pat!r}")  # RestCapture is handled by the list
 
-    def _capture(self, name: str, check, then: ValueMatcher | None = None) -> ValueMatcher:
+    def _capture(self, name: str, check, then: ValueMatcher | None = None, optional: bool = False) -> ValueMatcher:
         def cap(v, env, k):
             if v is None:
-                return None
+                if not optional or env.get(name, _MISSING) is not _MISSING:
+                    return None
+                env[name] = None  # `b?` with no such operand: bound to none
+                r = k(env)
+                if r is None:
+                    del env[name]
+                return r
             cur = env.get(name, _MISSING)
             if cur is not _MISSING:
                 if cur is not v:
@@ -337,13 +343,19 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
     if rest:
         return None
     caps: list[tuple[str | None, Any]] = []
+    optional: list[bool] = []
     for p in pat.operands:
         if isinstance(p, ast.Capture):
             caps.append((p.name, compiler.value_type(p.type)))
+            optional.append(p.optional)
         elif isinstance(p, ast.Wildcard) and p.type is None:
             caps.append((None, None))
+            optional.append(True)
         else:
             return None
+    if any(o and c[0] is not None for o, c in zip(optional, caps)) and any(
+            not o for o in optional[optional.index(True):]):
+        return None  # an optional capture before a required operand: the general matcher decides
     names = [c for c, _ in caps if c is not None]
     if len(set(names)) != len(names) or set(names) & set(binders):
         return None
@@ -353,7 +365,7 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
     n = len(caps)
     # trailing untyped `_` may stand for absent optional operands (shorter operand lists)
     least = n
-    while least and caps[least - 1] == (None, None):
+    while least and optional[least - 1]:
         least -= 1
     results = tuple(binders)
     nres = len(results)
@@ -361,10 +373,14 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
 
     def bind(op: Op, ops) -> Env | None:
         env: Env = {OPS: [(op, False)]}
-        for (name, check), v in zip(caps, ops):
+        for i, (name, check) in enumerate(caps):
             if name is None:
                 continue
+            v = ops[i] if i < len(ops) else None
             if v is None:
+                if optional[i]:
+                    env[name] = None
+                    continue
                 return None
             if check is not None and check(v, env) is None:
                 return None

@@ -18,6 +18,7 @@ from qlower.lang import ast
 # Words that are keywords somewhere in the grammar; generated names avoid all of
 # them (keywords *are* usable as names where unambiguous: tests cover that by hand).
 KEYWORDS = frozenset("""
+map tested fold fragment
     import op rule test match require let emit fail benefit backends commutative shared const overrides
     true false none shape dtype encoding atol rtol steps for input graph expect ops close error
     tensor if else and or not in _
@@ -97,7 +98,7 @@ def _op_pattern(operands):
 
 
 _simple_operands = st.one_of(
-    st.builds(ast.Capture, names, st.none() | value_types),
+    st.builds(ast.Capture, names, st.none() | value_types, st.booleans()),
     st.builds(ast.Wildcard, st.none() | value_types),
     st.builds(ast.RestCapture, names),
 )
@@ -120,10 +121,12 @@ emit_args = st.one_of(
     exprs.map(lambda e: ast.Arg("tensor", expr=e)),
 )
 emit_items = st.one_of(
-    st.builds(ast.EmitOp, binders, qnames, _tuples(emit_args), params, props),
-    st.builds(ast.EmitAlias, binders, names),
-    st.builds(ast.EmitTensor, binders, exprs, props),
+    st.builds(ast.EmitOp, binders, qnames, _tuples(emit_args), params, props, st.booleans(), st.booleans()),
+    st.builds(ast.EmitAlias, binders, names, st.booleans()),
+    st.builds(ast.EmitTensor, binders, exprs, props, st.booleans()),
     st.builds(ast.EmitLet, names, exprs),
+    st.builds(ast.FragmentCall, binders, names,
+              _tuples(names.map(lambda n: ast.Arg("rest", n)) | exprs.map(lambda e: ast.Arg("expr", expr=e)))),
 )
 stmts = st.one_of(
     st.builds(ast.Match, binders, op_patterns),
@@ -171,7 +174,15 @@ test_stmts = st.one_of(
 tests = st.builds(ast.Test, names, _tuples(test_stmts, max_size=5), st.none() | names,
                   st.none() | _tuples(names, 1, 3), st.none() | docs)
 
-items = st.one_of(imports, op_decls, rules, tests)
+map_decls = st.builds(ast.MapDecl, st.none() | names, op_patterns, qnames, _tuples(emit_args), params,
+                      st.none() | st.integers(-1000, 1000), st.none() | _tuples(names, 1, 3),
+                      st.none() | st.lists(names, min_size=1, max_size=3).map(".".join),
+                      st.none() | tensor_types, st.none() | docs)
+
+fragments = st.builds(ast.Fragment, names, _tuples(st.builds(ast.FragmentParam, names, st.booleans())),
+                      _tuples(names, 1, 3), _tuples(emit_items, max_size=3), st.none() | docs)
+
+items = st.one_of(imports, op_decls, rules, map_decls, fragments, tests)
 modules = st.builds(ast.Module, st.just("<generated>"), _tuples(items, max_size=4))
 
 

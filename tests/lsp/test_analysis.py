@@ -84,3 +84,11 @@ def test_checking_one_file_in_depth_finds_what_checking_its_whole_pack_finds(wor
         assert mine == [str(d) for d in focused if d.span is not None and d.span.file == str(path)], path.name
         if "qnn." in text:
             assert mine, path.name  # the mutation was found at all
+
+
+def test_symbols_list_maps_and_fragments(workspace, tmp_path):
+    text = ("import mllm.ops\n\nmap mllm.Neg(x) -> qnn.ElementWiseNeg(x) tested f32[2]\n\n"
+            "fragment nhwc(x) -> xt {\n  xt = qnn.Transpose(x) { perm: [0, 2, 3, 1] }\n}\n")
+    path = _open(workspace, tmp_path / "m.qpat", text)
+    got = [(s.name, s.kind, s.detail) for s in workspace.symbols(path)]
+    assert ("neg", "map", "mllm.Neg -> qnn.ElementWiseNeg") in got and ("nhwc", "fragment", "xt") in got

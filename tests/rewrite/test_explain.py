@@ -351,3 +351,17 @@ def test_explain_backtracks_like_the_matcher(more, node, rule):
     r.engine("htp").run(g)
     assert g.op(node).provenance.rule == rule  # lowering applies it...
     assert "matches; would emit" in s  # ...so explain must say it matches
+
+
+def test_optional_operand_absent_is_traced_not_refused(tmp_path):
+    """`b?` matches an op without that operand: explain agrees with the matcher."""
+    p = tmp_path / "opt.qpat"
+    p.write_text("op m.Norm(x, w, b?) -> y\n\nrule norm {\n  match y = m.Norm(x, w, b?)\n  require rank(x) == 9\n"
+                 "  emit y = qnn.LayerNorm(x, w, b) { axes: [rank(x) - 1] }\n}\n")
+    rules = load_rules([p], registry=_registry(), plugins=False)
+    g = Graph("g")
+    x, w, y = g.add_value("x", "float32", [2, 3]), g.add_value("w", "float32", [3]), g.add_value("y", "float32", [2, 3])
+    g.add_op("n", "m.Norm", [x, w], [y], {})
+    g.set_io([x, w], [y])
+    text = explain(g, rules, "n", backend="htp")
+    assert "the guard is false" in stop_line(section(text, "norm"))  # past the operands, to the require

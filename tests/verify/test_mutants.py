@@ -38,8 +38,8 @@ MUTANTS = {
                                    "    cs = qnn.Reshape(sin) : shape [1, s[1], 1, h]"),
     # a Transpose with its dims not normalised: perm of the wrong dims
     "transpose_wrong_perm": ("shape.qpat", "transpose",
-                             "emit y = qnn.Transpose(x) { perm: swap_perm(rank(x), a, b) }",
-                             "emit y = qnn.Transpose(x) { perm: swap_perm(rank(x), 0, b) }"),
+                             "-> qnn.Transpose(x) { perm: swap_perm(rank(x), a, b) }",
+                             "-> qnn.Transpose(x) { perm: swap_perm(rank(x), 0, b) }"),
 }
 
 
