@@ -6,7 +6,8 @@
 Each architecture (bench/zoo_models.py) is exported three ways:
   export       torch.export.export(..., strict=False), as users get it (training IR: conv2d, batch_norm, ...)
   export-core  the same program after ExportedProgram.run_decompositions() (core ATen: convolution, ...)
-  onnx         torch.onnx.export(..., dynamo=False) (the TorchScript exporter; dynamo needs onnxscript)
+  onnx         torch.onnx.export(...): the dynamo exporter when onnxscript is importable (torch's default),
+               else the TorchScript one (dynamo=False); --onnx-exporter picks one
 then lowered for each backend, validated against the backend's op definitions, saved as QNN artifacts,
 run with `qlower run` (the CLI, in process) and compared with torch's own output: the relative error
 max|got - want| / max|want| must be <= 1e-4 on CPU and <= 2e-2 on HTP (float16).
@@ -55,7 +56,7 @@ def _diag_text(diags) -> str:
     return "; ".join(f"{d.subject + ': ' if d.subject else ''}{d.message}" for d in errs[:2])[:300]
 
 
-def _export(model, args, path: str, tmp: Path):
+def _export(model, args, path: str, tmp: Path, exporter: str = "auto"):
     """The graph loader for one export path (called once per backend: lowering mutates the graph)."""
     import torch
 
@@ -68,9 +69,16 @@ def _export(model, args, path: str, tmp: Path):
         return lambda: load_exported(ep, name="model"), "aten"
     f = tmp / "model.onnx"
     names = [f"input{i}" for i in range(len(args))]
+    import importlib.util
+
+    dynamo = exporter == "dynamo" or (exporter == "auto" and importlib.util.find_spec("onnxscript") is not None)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        torch.onnx.export(model, args, str(f), input_names=names, output_names=["output"], dynamo=False,
-                          opset_version=17)
+        if dynamo:
+            torch.onnx.export(model, args, str(f), input_names=names, output_names=["output"], dynamo=True,
+                              external_data=False, verbose=False)
+        else:
+            torch.onnx.export(model, args, str(f), input_names=names, output_names=["output"], dynamo=False,
+                              opset_version=17)
     from qlower.frontends.onnx_frontend import load_onnx
 
     return lambda: load_onnx(f), "onnx"
@@ -116,7 +124,8 @@ def _cell(load, rules, backend: str, feeds: list[np.ndarray], want: np.ndarray, 
     return "ok", "", rel
 
 
-def run_model(name: str, paths: list[str], backends: list[str], rules: dict, verbose: bool) -> dict:
+def run_model(name: str, paths: list[str], backends: list[str], rules: dict, verbose: bool,
+              exporter: str = "auto") -> dict:
     import torch
 
     from zoo_models import MODELS
@@ -134,7 +143,7 @@ def run_model(name: str, paths: list[str], backends: list[str], rules: dict, ver
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    load, pack = _export(model, args, path, tmp)
+                    load, pack = _export(model, args, path, tmp, exporter)
             except Exception as exc:  # noqa: BLE001
                 for b in backends:
                     cells[f"{path}/{b}"] = {"stage": "export", "reason": _first_line(exc)}
@@ -163,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--paths", default=",".join(PATHS))
     p.add_argument("--backends", default="cpu,htp")
+    p.add_argument("--onnx-exporter", choices=("auto", "dynamo", "legacy"), default="auto")
     p.add_argument("--json", help="also write the cells as JSON")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     table: dict[str, dict] = {}
     for m in models:
         t = time.perf_counter()
-        table[m] = run_model(m, paths, backends, rules, a.verbose)
+        table[m] = run_model(m, paths, backends, rules, a.verbose, a.onnx_exporter)
         print(f"{m}: {time.perf_counter() - t:.1f}s", file=sys.stderr, flush=True)
 
     cols = [f"{pth}/{b}" for pth in paths for b in backends]
