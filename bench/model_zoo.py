@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import tempfile
 import time
@@ -56,14 +57,33 @@ def _diag_text(diags) -> str:
     return "; ".join(f"{d.subject + ': ' if d.subject else ''}{d.message}" for d in errs[:2])[:300]
 
 
+@contextlib.contextmanager
+def _quiet():
+    """Silence stdout/stderr at the file-descriptor level (the TorchScript exporter prints its graph from C++)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved + [null]:
+            os.close(fd)
+
+
 def _export(model, args, path: str, tmp: Path, exporter: str = "auto"):
     """The graph loader for one export path (called once per backend: lowering mutates the graph)."""
     import torch
 
     if path in ("export", "export-core"):
-        ep = torch.export.export(model, args, strict=False)
-        if path == "export-core":
-            ep = ep.run_decompositions()
+        with _quiet():
+            ep = torch.export.export(model, args, strict=False)
+            if path == "export-core":
+                ep = ep.run_decompositions()
         from qlower.frontends.torch_frontend import load_exported
 
         return lambda: load_exported(ep, name="model"), "aten"
@@ -72,7 +92,7 @@ def _export(model, args, path: str, tmp: Path, exporter: str = "auto"):
     import importlib.util
 
     dynamo = exporter == "dynamo" or (exporter == "auto" and importlib.util.find_spec("onnxscript") is not None)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    with _quiet():
         if dynamo:
             torch.onnx.export(model, args, str(f), input_names=names, output_names=["output"], dynamo=True,
                               external_data=False, verbose=False)
