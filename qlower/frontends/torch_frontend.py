@@ -233,6 +233,9 @@ class _Importer:
         if packet == "unbind":
             self._unbind(node, target)
             return
+        if packet.endswith("_with_indices") and self._values_only(node):
+            self._values_of(node, packet.removesuffix("_with_indices"))
+            return
         found = self.ops.form_of_overload(packet, target._overloadname)
         if found is None:
             raise _fail(f"aten.{packet}.{target._overloadname} has no form in the aten dialect",
@@ -257,6 +260,24 @@ class _Importer:
             self.graph.add_op(self.graph.fresh_op_name(f"{node.name}_{i}"), "aten.select", [x], [r],
                               {"dim": self._attr(bound["dim"], f"node {node.name}"), "index": i})
         self.env[node] = results
+
+    @staticmethod
+    def _values_only(node: Any) -> bool:
+        """Whether nothing reads the indices (result 1) of a max_pool*_with_indices node."""
+        return all(u.target is operator.getitem and u.args[1] == 0 for u in node.users if u.users or u.op == "output")
+
+    def _values_of(self, node: Any, packet: str) -> None:
+        """max_pool2d_with_indices whose indices nobody reads is max_pool2d (same arguments, the values only)."""
+        target = getattr(getattr(self.torch.ops.aten, packet, None), "default", None)
+        found = self.ops.form_of_overload(packet, "default") if target is not None else None
+        if found is None:
+            raise _fail(f"aten.{packet} has no form in the aten dialect", subject=f"node {node.name}",
+                        code="unsupported-op")
+        form, sig = found
+        operands, attrs_ = self._arguments(node, sig, target._schema)
+        value = self._value(f"{node.name}_0", node.meta.get("val")[0])
+        self.graph.add_op(node.name, f"aten.{form.type_name}", operands, [value], attrs_)
+        self.env[node] = [value, None]
 
     def _arguments(self, node: Any, sig: Signature, schema: Any) -> tuple[list[Value | None], dict[str, Any]]:
         bound = _bind(schema, node.args, node.kwargs, node.name)
