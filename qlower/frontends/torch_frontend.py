@@ -8,7 +8,10 @@ node metadata, lifted parameters, buffers and constants become graph
 constants, user inputs and outputs become graph inputs and outputs. The
 graph is then constant-folded with ATen itself, so masks built from arange,
 cumsum and comparisons, and rotary tables, arrive as static tensors as QNN
-needs. Shapes must be static: export without `dynamic_shapes`.
+needs. Tensors without elements are constants too (they drop out of `cat`).
+`unbind` arrives as one `select` per result, and `max_pool*_with_indices` whose
+indices nothing reads as `max_pool*`. Shapes must be static: export without
+`dynamic_shapes`.
 """
 
 from __future__ import annotations
