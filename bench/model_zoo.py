@@ -7,7 +7,7 @@ Each architecture (bench/zoo_models.py) is exported three ways:
   export       torch.export.export(..., strict=False), as users get it (training IR: conv2d, batch_norm, ...)
   export-core  the same program after ExportedProgram.run_decompositions() (core ATen: convolution, ...)
   onnx         torch.onnx.export(...): the dynamo exporter when onnxscript is importable (torch's default),
-               else the TorchScript one (dynamo=False); --onnx-exporter picks one
+               falling back to the TorchScript one (dynamo=False) when it fails; --onnx-exporter forces one
 then lowered for each backend, validated against the backend's op definitions, saved as QNN artifacts,
 run with `qlower run` (the CLI, in process) and compared with torch's own output: the relative error
 max|got - want| / max|want| must be <= 1e-4 on CPU and <= 2e-2 on HTP (float16).
@@ -93,10 +93,15 @@ def _export(model, args, path: str, tmp: Path, exporter: str = "auto"):
 
     dynamo = exporter == "dynamo" or (exporter == "auto" and importlib.util.find_spec("onnxscript") is not None)
     with _quiet():
-        if dynamo:
+        try:
+            if not dynamo:
+                raise RuntimeError("legacy exporter chosen")
             torch.onnx.export(model, args, str(f), input_names=names, output_names=["output"], dynamo=True,
                               external_data=False, verbose=False)
-        else:
+        except Exception:
+            if exporter == "dynamo":
+                raise
+            # what a user does when the dynamo exporter fails: the TorchScript one
             torch.onnx.export(model, args, str(f), input_names=names, output_names=["output"], dynamo=False,
                               opset_version=17)
     from qlower.frontends.onnx_frontend import load_onnx

@@ -76,7 +76,8 @@ def _bert() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
                                   vocab_size=128, max_position_embeddings=64)
     model = transformers.BertModel(cfg, add_pooling_layer=False)
     ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
-    return _First(model, "last_hidden_state"), (ids,)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0]])  # right padding
+    return _First(model, "last_hidden_state"), (ids, mask)
 
 
 def _t5_encoder() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
