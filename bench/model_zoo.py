@@ -14,6 +14,8 @@ max|got - want| / max|want| must be <= 1e-4 on CPU and <= 2e-2 on HTP (float16).
 
 A cell reads `ok` (lowered, validated, matched), or the stage that failed: `export`, `import`,
 `lower`, `valid`, `run`, `match`; the reasons are listed under the table. Not part of the test run.
+Needs torch and transformers (qlower[torch]); the dynamo ONNX exporter also needs `pip install onnxscript`
+(without it every model goes through the TorchScript exporter, which cannot export transformers' decoders).
 """
 
 from __future__ import annotations
