@@ -8,7 +8,10 @@ node metadata, lifted parameters, buffers and constants become graph
 constants, user inputs and outputs become graph inputs and outputs. The
 graph is then constant-folded with ATen itself, so masks built from arange,
 cumsum and comparisons, and rotary tables, arrive as static tensors as QNN
-needs. Shapes must be static: export without `dynamic_shapes`.
+needs. Tensors without elements are constants too (they drop out of `cat`).
+`unbind` arrives as one `select` per result, and `max_pool*_with_indices` whose
+indices nothing reads as `max_pool*`. Shapes must be static: export without
+`dynamic_shapes`.
 """
 
 from __future__ import annotations
@@ -72,10 +75,30 @@ def load_exported(ep_or_path: Any, *, decompose: bool = False, fold: bool = True
     kernels = AtenKernels()
     graph = _Importer(ep, torch).run(name or "exported")
     if fold:
+        _fold_empty(graph)
         _fold_sources(graph, kernels)
         fold_constants(graph, {"aten": kernels})
         graph.remove_dead()
     return graph
+
+
+def _fold_empty(graph: Graph) -> None:
+    """A tensor without elements is known from its shape alone: make it a constant, so that what reads only
+    such tensors (a reduction over an empty dim) folds, and drop it from `cat`, to which it adds nothing.
+    QNN has no zero-sized tensors; an empty slice (Phi-3's pass-through half of a full-width rotary) goes."""
+    for op in graph.topo_order():
+        if op.results and all(r.shape is not None and 0 in r.shape for r in op.results):
+            results = list(op.results)
+            graph.detach_op(op)
+            for r in results:
+                r.data = np.zeros(r.shape, dtype=r.dtype)
+            continue
+        if op.type == "aten.cat":
+            keep = [v for v in op.operands if v is not None and not (v.shape and 0 in v.shape)]
+            if keep and len(keep) < len(op.operands):
+                name, results, attrs_ = op.name, list(op.results), dict(op.attrs)
+                graph.detach_op(op)
+                graph.add_op(name, op.type, keep, results, attrs_)
 
 
 def _fold_sources(graph: Graph, kernels: Mapping[str, Any]) -> None:
@@ -211,6 +234,12 @@ class _Importer:
         if not target._schema.returns:
             return  # _assert_tensor_metadata and other checks without results
         packet = target._schema.name.split("::", 1)[1]
+        if packet == "unbind":
+            self._unbind(node, target)
+            return
+        if packet.endswith("_with_indices") and self._values_only(node):
+            self._values_of(node, packet.removesuffix("_with_indices"))
+            return
         found = self.ops.form_of_overload(packet, target._overloadname)
         if found is None:
             raise _fail(f"aten.{packet}.{target._overloadname} has no form in the aten dialect",
@@ -225,6 +254,34 @@ class _Importer:
         results = [self._value(n, v) for n, v in zip(names, vals)]
         self.graph.add_op(node.name, f"aten.{form.type_name}", operands, results, attrs_)
         self.env[node] = results if isinstance(val, (tuple, list)) else results[0]
+
+    def _unbind(self, node: Any, target: Any) -> None:
+        """unbind(x, dim) is one `select` per index: the results are separate tensors."""
+        bound = _bind(target._schema, node.args, node.kwargs, node.name)
+        x = self._operand(bound["self"], node.name)
+        results = [self._value(f"{node.name}_{i}", v) for i, v in enumerate(node.meta.get("val"))]
+        for i, r in enumerate(results):
+            self.graph.add_op(self.graph.fresh_op_name(f"{node.name}_{i}"), "aten.select", [x], [r],
+                              {"dim": self._attr(bound["dim"], f"node {node.name}"), "index": i})
+        self.env[node] = results
+
+    @staticmethod
+    def _values_only(node: Any) -> bool:
+        """Whether nothing reads the indices (result 1) of a max_pool*_with_indices node."""
+        return all(u.target is operator.getitem and u.args[1] == 0 for u in node.users if u.users or u.op == "output")
+
+    def _values_of(self, node: Any, packet: str) -> None:
+        """max_pool2d_with_indices whose indices nobody reads is max_pool2d (same arguments, the values only)."""
+        target = getattr(getattr(self.torch.ops.aten, packet, None), "default", None)
+        found = self.ops.form_of_overload(packet, "default") if target is not None else None
+        if found is None:
+            raise _fail(f"aten.{packet} has no form in the aten dialect", subject=f"node {node.name}",
+                        code="unsupported-op")
+        form, sig = found
+        operands, attrs_ = self._arguments(node, sig, target._schema)
+        value = self._value(f"{node.name}_0", node.meta.get("val")[0])
+        self.graph.add_op(node.name, f"aten.{form.type_name}", operands, [value], attrs_)
+        self.env[node] = [value, None]
 
     def _arguments(self, node: Any, sig: Signature, schema: Any) -> tuple[list[Value | None], dict[str, Any]]:
         bound = _bind(schema, node.args, node.kwargs, node.name)

@@ -1,0 +1,161 @@
+"""CNNs and vision encoders through torch.export: exported as users do (before and after
+`run_decompositions()`), lowered for CPU and HTP, validated, run with the QNN reference kernels and
+compared with torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning")
+
+import qlower  # noqa: E402
+from qlower.frontends.torch_frontend import load_exported  # noqa: E402
+from qlower.reference.interpreter import run_dequantized  # noqa: E402
+
+nn = torch.nn
+TOL = {"cpu": 1e-4, "htp": 2e-2}
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return qlower.load_rules(packs=["aten"])
+
+
+def _randomize_bn(model: nn.Module) -> nn.Module:
+    g = torch.Generator().manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+    return model
+
+
+def _lower_and_compare(model: nn.Module, args: tuple, rules, backend: str, core: bool) -> dict[str, int]:
+    """Lower the exported program (core-ATen when `core`), validate, run, compare; the QNN op counts."""
+    model.eval()
+    with torch.no_grad():
+        want = model(*args).numpy().astype(np.float64)
+    ep = torch.export.export(model, args, strict=False)
+    if core:
+        ep = ep.run_decompositions()
+    graph = load_exported(ep)
+    result = qlower.lower(graph, rules, backend=backend)
+    result.raise_for_errors()  # lowered and validated against the backend's op definitions
+    feeds = {v.name: a.numpy() for v, a in zip(graph.inputs, args)}
+    got = run_dequantized(result.qnn, feeds)[result.qnn.outputs[0]]
+    assert got.shape == want.shape
+    rel = np.max(np.abs(got - want)) / np.max(np.abs(want))
+    assert rel <= TOL[backend], rel
+    return result.qnn_op_counts()
+
+
+class ConvStack(nn.Module):
+    """Conv-BN-ReLU, max pool, depthwise conv with hard activations, padding, pools, conv1d, transposed conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.dw = nn.Sequential(nn.Conv2d(8, 8, 3, 1, 1, groups=8), nn.BatchNorm2d(8), nn.Hardswish())
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(8, 8, 1), nn.Hardsigmoid())
+        self.up = nn.ConvTranspose2d(8, 4, 2, 2)
+        self.c1 = nn.Conv1d(4, 4, 3, padding=2, dilation=2)
+
+    def forward(self, x):
+        y = self.pool(self.stem(x))
+        y = self.dw(y)
+        y = y * self.se(y)
+        y = nn.functional.relu6(nn.functional.pad(y, (1, 0, 0, 1)))
+        y = nn.functional.avg_pool2d(y, 2, ceil_mode=True)
+        u = self.up(y)
+        return self.c1(u.flatten(2)).type_as(x)
+
+
+@pytest.mark.parametrize("core", [False, True], ids=["export", "core-aten"])
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_conv_bn_pool_stack(rules, backend: str, core: bool) -> None:
+    torch.manual_seed(0)
+    counts = _lower_and_compare(_randomize_bn(ConvStack()), (torch.randn(1, 3, 20, 20),), rules, backend, core)
+    assert counts["Conv2d"] == 3 and counts["DepthWiseConv2d"] == 1 and counts["TransposeConv2d"] == 1
+    assert counts["PoolMax2d"] == 1 and counts["PoolAvg2d"] == 1 and counts["Batchnorm"] == 2
+
+
+class PatchEmbed(nn.Module):
+    """A ViT patch embedding: conv with stride = kernel, flattened to tokens, plus a class token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(3, 16, 4, 4)
+        self.cls = nn.Parameter(torch.randn(1, 1, 16))
+
+    def forward(self, x):
+        t = self.proj(x).flatten(2).transpose(1, 2)
+        return torch.cat([self.cls.expand(x.shape[0], -1, -1), t], dim=1)
+
+
+@pytest.mark.parametrize("core", [False, True], ids=["export", "core-aten"])
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_vit_patch_embed(rules, backend: str, core: bool) -> None:
+    torch.manual_seed(0)
+    counts = _lower_and_compare(PatchEmbed(), (torch.randn(2, 3, 16, 16),), rules, backend, core)
+    assert counts["Conv2d"] == 1
+
+
+@pytest.mark.parametrize("core", [False, True], ids=["export", "core-aten"])
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_tiny_hf_resnet(rules, backend: str, core: bool) -> None:
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic",
+                                    num_labels=5)
+    model = _randomize_bn(transformers.ResNetForImageClassification(cfg))
+
+    class Logits(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = model
+
+        def forward(self, x):
+            return self.m(x).logits
+
+    counts = _lower_and_compare(Logits(), (torch.randn(1, 3, 32, 32),), rules, backend, core)
+    assert counts["PoolMax2d"] == 1 and counts["Conv2d"] >= 5
+
+
+class EmptyParts(nn.Module):
+    """Phi-3's full-width rotary leaves an empty pass-through slice that is concatenated back;
+    a sum over an empty dim is all zeros; unbind splits a tensor into its rows."""
+
+    def forward(self, x):
+        rot, keep = x[..., :16], x[..., 16:]
+        y = torch.cat([rot * 2.0, keep], dim=-1)
+        a, b = torch.unbind(y, dim=1)
+        return a - b + x[:, :0, :].sum(1)
+
+
+@pytest.mark.parametrize("core", [False, True], ids=["export", "core-aten"])
+def test_empty_slice_and_reduction(rules, core: bool) -> None:
+    x = torch.randn(2, 2, 16)
+    ep = torch.export.export(EmptyParts(), (x,), strict=False)
+    graph = load_exported(ep.run_decompositions() if core else ep)
+    assert not any(0 in v.shape for v in graph.values if v.users or v.is_output)
+    counts = _lower_and_compare(EmptyParts(), (x,), rules, "cpu", core)
+    assert "StridedSlice" in counts
+
+
+def test_unsupported_convolution_has_a_reason(rules) -> None:
+    class Dilated(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.ConvTranspose2d(2, 2, 3, dilation=2)
+
+        def forward(self, x):
+            return self.up(x)
+
+    graph = load_exported(torch.export.export(Dilated(), (torch.randn(1, 2, 5, 5),), strict=False))
+    result = qlower.lower(graph, rules, backend="cpu")
+    assert not result.ok
+    assert any("without dilation" in d.message for d in result.errors)
