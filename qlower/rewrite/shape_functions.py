@@ -202,7 +202,24 @@ def _dft_basis(n: int, bins: int) -> list[np.ndarray]:
     return [np.cos(angle).astype(np.float32), (-np.sin(angle)).astype(np.float32)]
 
 
+def _band_mask(rows: int, cols: int, lo: int, hi: int, dt: str) -> np.ndarray:
+    """[rows, cols] mask: 1 (true) where lo <= j - i <= hi, else 0 — triangles, causal and window masks."""
+    if rows < 0 or cols < 0:
+        raise EvalError(f"no band mask of {rows} x {cols}")
+    diff = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+    return ((diff >= lo) & (diff <= hi)).astype(np.dtype(dt))
+
+
+def _band_bias(rows: int, cols: int, lo: int, hi: int) -> np.ndarray:
+    """[rows, cols] float32 additive bias: 0 where lo <= j - i <= hi, -inf elsewhere (attention masks)."""
+    return np.where(_band_mask(rows, cols, lo, hi, "bool"), np.float32(0), np.float32(-np.inf)).astype(np.float32)
+
+
 SHAPE_FUNCTIONS: tuple[Function, ...] = (
+    Function("band_mask", ("int", "int", "int", "int", "dtype"), "tensor", _band_mask,
+             doc="[rows, cols] 1/0 mask of the band lo <= j - i <= hi (Trilu, causal and window masks)"),
+    Function("band_bias", ("int", "int", "int", "int"), "tensor", _band_bias,
+             doc="[rows, cols] float32 bias: 0 in the band lo <= j - i <= hi, -inf outside"),
     Function("normdims", ("list[int]", "int"), "list[int]", _normdims, doc="normdim of every dim in a list"),
     Function("strided_ranges", ("list[int]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[list[int]]",
              _strided_ranges, doc="numpy-style slices (starts, ends, axes, steps) of a shape → StridedSlice ranges"),
