@@ -189,7 +189,7 @@ def typo_of(name: str, candidates: Iterable[str]) -> str | None:
         if abs(len(c) - len(name)) > 1:
             continue
         d = _edit_distance(name.lower(), c.lower())
-        limit = 1 if len(name.split(".")[-1]) <= 6 else 2
+        limit = 1 if len(name.split(".")[-1]) <= 8 else 2
         if d <= limit and (best is None or d < best[0]):
             best = (d, c)
     return best[1] if best else None

@@ -138,6 +138,18 @@ class OpDecl:
 
 
 @node
+class ComputeDecl:
+    """QNN ops whose datatypes the backend lacks compute in `target` behind Casts (`compute ... as ...`)."""
+
+    sources: tuple[str, ...]  # dtype names as written
+    target: str
+    ops: tuple[str, ...] = ()  # qnn.* op types it is limited to; () = every op
+    backends: tuple[str, ...] | None = None
+    doc: str | None = None
+    span: Span = _span()
+
+
+@node
 class Import:
     target: str
     is_path: bool
@@ -428,7 +440,7 @@ class Comment:
     own_line: bool = True  # False for a comment trailing code on its line
 
 
-Item = Union[Import, OpDecl, Rule, Test]
+Item = Union[Import, OpDecl, ComputeDecl, Rule, Test]
 
 
 @node
@@ -450,6 +462,10 @@ class Module:
     @property
     def tests(self) -> tuple[Test, ...]:
         return tuple(i for i in self.items if isinstance(i, Test))
+
+    @property
+    def computes(self) -> tuple[ComputeDecl, ...]:
+        return tuple(i for i in self.items if isinstance(i, ComputeDecl))
 
     @property
     def imports(self) -> tuple[Import, ...]:

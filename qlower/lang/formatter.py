@@ -151,6 +151,9 @@ class _Printer:
             return [f"import {quote(item.target) if item.is_path else item.target}"]
         if isinstance(item, ast.OpDecl):
             return [op_decl_text(item)]
+        if isinstance(item, ast.ComputeDecl):
+            return [f"compute {', '.join(item.sources)} as {item.target}"
+                    + (f" for {', '.join(item.ops)}" if item.ops else "") + backends_text(item.backends)]
         saved, self.lines = self.lines, []
         try:
             if isinstance(item, ast.Rule):

@@ -39,6 +39,7 @@ class RuleSet:
     tests: tuple[ast.Test, ...]
     warnings: tuple[Diagnostic, ...]  # and notes
     sources: SourceCache = attrs.field(eq=False)
+    computes: tuple[ast.ComputeDecl, ...] = ()  # `compute ... as ...` declarations, in load order
     _by_name: Mapping[str, ast.Rule] = attrs.field(init=False, eq=False, repr=False)
     _files: Mapping[int, str] = attrs.field(init=False, eq=False, repr=False)
 
@@ -184,4 +185,4 @@ def load_rules(paths: Sequence[str | Path], *, registry: TargetRegistry | None =
             ops.setdefault(d.op, d)
     return RuleSet(modules=mods, ops=MappingProxyType(ops), rules=tuple(r for m in mods for r in m.rules),
                    tests=tuple(t for m in mods for t in m.tests), warnings=tuple(load.diagnostics),
-                   sources=load.sources)
+                   sources=load.sources, computes=tuple(c for m in mods for c in m.computes))
