@@ -211,6 +211,10 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
             float16 = backend == "htp"
         if float16 and outcome.ok:
             to_float16(graph, rules.registry)
+        if outcome.ok and rules.ruleset.computes:
+            from qlower.qnn.retype import compute_in_supported_types
+
+            compute_in_supported_types(graph, rules.ruleset.computes, rules.registry, backend)
         timings["lower"] = time.perf_counter() - t0
         qg = None
         t1 = time.perf_counter()

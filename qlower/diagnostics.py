@@ -165,6 +165,36 @@ def warning(message: str, *, span: Span | None = None, subject: str | None = Non
     return Diagnostic(Severity.WARNING, message, span=span, subject=subject, hint=hint, code=code, notes=tuple(notes))
 
 
+def _edit_distance(a: str, b: str) -> int:
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def typo_of(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate `name` is most likely a misspelling of, or None.
+
+    Stricter than `did_you_mean`: a real name that is merely similar to a declared one
+    (`aten.conv2d` and `aten.clone`, `ReduceLogSum` and `ReduceLogSumExp`) is not a typo. A typo
+    differs in case only, or by at most two edits (one for short names) at nearly the same length.
+    """
+    best = None
+    for c in candidates:
+        if c.lower() == name.lower():
+            return c
+        if abs(len(c) - len(name)) > 1:
+            continue
+        d = _edit_distance(name.lower(), c.lower())
+        limit = 1 if len(name.split(".")[-1]) <= 8 else 2
+        if d <= limit and (best is None or d < best[0]):
+            best = (d, c)
+    return best[1] if best else None
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     """A hint naming the closest candidate, or None when nothing is close."""
     import difflib

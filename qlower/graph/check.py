@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
-from qlower.diagnostics import Diagnostic, Note, did_you_mean, error, warning
+from qlower.diagnostics import Diagnostic, Note, error, typo_of, warning
 from qlower.graph.core import Graph, Op
 
 
@@ -106,8 +106,15 @@ def _check_ops(graph: Graph, live: set[int], decls: Mapping[str, OpDeclLike] | N
         decl = decls.get(op.type)
         if decl is None:
             if op.type.split(".", 1)[0] in dialects:
-                yield error(f"{_where(op)} has an undeclared op type `{op.type}`", subject=f"node {op.name}",
-                            code="unknown-op", hint=did_you_mean(op.type, decls))
+                typo = typo_of(op.type, decls)
+                if typo is not None:
+                    yield error(f"{_where(op)} has an undeclared op type `{op.type}`", subject=f"node {op.name}",
+                                code="unknown-op", hint=f"did you mean `{typo}`?")
+                else:
+                    yield error(f"{_where(op)}: `{op.type}` is declared in no loaded rule pack, so no rule lowers "
+                                "it", subject=f"node {op.name}", code="unknown-op",
+                                hint="the loaded packs do not cover this op: add an `op` declaration and rules for "
+                                     "it, or load a pack (plugin) that does")
             continue
         key = (op.type, len(op.operands), len(op.results), tuple(v is None for v in op.operands))
         if key in fine:

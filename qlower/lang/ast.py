@@ -138,6 +138,18 @@ class OpDecl:
 
 
 @node
+class ComputeDecl:
+    """QNN ops whose datatypes the backend lacks compute in `target` behind Casts (`compute ... as ...`)."""
+
+    sources: tuple[str, ...]  # dtype names as written
+    target: str
+    ops: tuple[str, ...] = ()  # qnn.* op types it is limited to; () = every op
+    backends: tuple[str, ...] | None = None
+    doc: str | None = None
+    span: Span = _span()
+
+
+@node
 class Import:
     target: str
     is_path: bool
@@ -552,7 +564,7 @@ class Fragment:
     span: Span = _span()
 
 
-Item = Union[Import, OpDecl, Rule, MapDecl, Fragment, Test]
+Item = Union[Import, OpDecl, ComputeDecl, Rule, MapDecl, Fragment, Test]
 
 
 @node
@@ -593,6 +605,10 @@ class Module:
         """The file's tests, with those `map ... tested TYPE` lines generate."""
         return tuple(t for t in (i.test if isinstance(i, MapDecl) else i for i in self.items
                                  if isinstance(i, (Test, MapDecl))) if t is not None)
+
+    @property
+    def computes(self) -> tuple[ComputeDecl, ...]:
+        return tuple(i for i in self.items if isinstance(i, ComputeDecl))
 
     @property
     def imports(self) -> tuple[Import, ...]:

@@ -162,6 +162,23 @@ class _Builder(Transformer):
         return _Name(f"{ch[0]}.{ch[1]}", meta)
 
     # declarations
+    def compute_decl(self, meta, ch):
+        names, ops, backends = [], (), None
+        for c in ch:
+            if isinstance(c, tuple) and c and c[0] == "ops":
+                ops = c[1]
+            elif isinstance(c, tuple) and c and c[0] == "backends":
+                backends = c[1]
+            else:
+                names.append(str(c))
+        return ast.ComputeDecl(tuple(names[:-1]), names[-1], ops, backends, span=self._s(meta))
+
+    def compute_ops(self, meta, ch):
+        return ("ops", tuple(str(c) for c in ch))
+
+    def compute_backends(self, meta, ch):
+        return ("backends", tuple(str(c) for c in ch))
+
     def op_decl(self, meta, ch):
         op, *rest = ch
         operands, results, flags, attr_decls = [], (), False, ()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from qlower.diagnostics import Diagnostic, Note, SourceCache, error, warning
+from qlower.diagnostics import Diagnostic, Note, SourceCache, did_you_mean, error, warning
 from qlower.lang import ast
 from qlower.lang.checker_rules import RuleChecker
 from qlower.lang.checker_sigs import BACKENDS, Context, Locator
@@ -97,6 +97,8 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     for m in modules:
         for d in m.ops:
             _check_decl(ctx, d)
+        for c in m.computes:
+            _check_compute(ctx, c)
     rules = [r for m in modules for r in m.rules]
     keys = {id(r): qualify(m.namespace, r.name) for m in modules for r in m.rules}
     for r in rules:
@@ -145,6 +147,25 @@ def _name_span(ctx: Context, item: ast.Rule | ast.Test, keyword: str):
 
 
 # ------------------------------------------------------------- declarations
+
+
+def _check_compute(ctx: Context, c: ast.ComputeDecl) -> None:
+    from qlower.graph.types import DTYPE_NAMES, canonical_dtype
+
+    for name in (*c.sources, c.target):
+        if canonical_dtype(name) is None:
+            ctx.report(error(f"unknown dtype `{name}`", span=ctx.locate.find(c.span, name), code="unknown-dtype",
+                             hint=did_you_mean(name, sorted(DTYPE_NAMES))))
+    if c.target in c.sources or canonical_dtype(c.target) in {canonical_dtype(n) for n in c.sources}:
+        ctx.report(error(f"`compute` maps `{c.target}` to itself", span=c.span, code="type-mismatch"))
+    for op in c.ops:
+        if not op.startswith("qnn.") or ctx.registry.op(op[4:]) is None:
+            ctx.report(error(f"`compute ... for` names `{op}`, which is no QNN op", span=ctx.locate.find(c.span, op),
+                             code="unknown-op"))
+    for b in c.backends or ():
+        if b not in BACKENDS:
+            ctx.report(error(f"unknown backend `{b}`", span=ctx.locate.find(c.span, b), code="unknown-backend",
+                             hint=f"one of {', '.join(BACKENDS)}"))
 
 
 def _check_decl(ctx: Context, d: ast.OpDecl) -> None:

@@ -157,6 +157,9 @@ class _Printer:
             return [op_decl_text(item)]
         if isinstance(item, ast.MapDecl):
             return map_lines(item)
+        if isinstance(item, ast.ComputeDecl):
+            return [f"compute {', '.join(item.sources)} as {item.target}"
+                    + (f" for {', '.join(item.ops)}" if item.ops else "") + backends_text(item.backends)]
         saved, self.lines = self.lines, []
         try:
             if isinstance(item, ast.Fragment):

@@ -40,6 +40,7 @@ class RuleSet:
     tests: tuple[ast.Test, ...]
     warnings: tuple[Diagnostic, ...]  # and notes
     sources: SourceCache = attrs.field(eq=False)
+    computes: tuple[ast.ComputeDecl, ...] = ()  # `compute ... as ...` declarations, in load order
     _by_name: Mapping[str, ast.Rule] = attrs.field(init=False, eq=False, repr=False)
     _files: Mapping[int, str] = attrs.field(init=False, eq=False, repr=False)
 
@@ -285,7 +286,8 @@ def load_rules(paths: Sequence[str | Path], *, registry: TargetRegistry | None =
             ops.setdefault(d.op, d)
     rules, tests = _qualified(mods)
     return RuleSet(modules=mods, ops=MappingProxyType(ops), rules=rules, tests=tests,
-                   warnings=tuple(load.diagnostics), sources=load.sources)
+                   warnings=tuple(load.diagnostics), sources=load.sources,
+                   computes=tuple(c for m in mods for c in m.computes))
 
 
 def _qualified(mods: Sequence[ast.Module]) -> tuple[tuple[ast.Rule, ...], tuple[ast.Test, ...]]:

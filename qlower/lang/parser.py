@@ -128,13 +128,13 @@ def _comment_start(line: str) -> int | None:
 
 
 def _attach_docs(module: ast.Module) -> ast.Module:
-    """Comment lines directly above an op, rule or test become its doc."""
+    """Comment lines directly above an op, compute, rule or test become its doc."""
     by_line = {c.line: c for c in module.comments}
     used: set[int] = set()
     items = []
     for item in module.items:
         span = getattr(item, "span", None)
-        if isinstance(item, (ast.OpDecl, ast.Rule, ast.MapDecl, ast.Fragment, ast.Test)) and span is not None:
+        if isinstance(item, (ast.OpDecl, ast.ComputeDecl, ast.Rule, ast.MapDecl, ast.Fragment, ast.Test)) and span is not None:
             lines = []
             ln = span.line - 1
             while ln in by_line and by_line[ln].own_line:

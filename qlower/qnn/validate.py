@@ -939,3 +939,26 @@ def _match(plan: _Plan, key: tuple, values: Mapping[str, list[DataType]], v: _Va
         + f" (differs at {', '.join(bad)})") for row, bad in closest)
     return frozenset(), (f"datatypes {have} match no allowed combination on {v.label}",
                          f"see `qlower opdefs {plan.opdef.name} --backend {v.backend}`", notes)
+
+
+def datatypes_allowed(registry: OpDefRegistry, op_type: str, backend: str, ins: Sequence[DataType | None],
+                      outs: Sequence[DataType | None]) -> bool:
+    """Whether some datatype row of `op_type` on `backend` takes these input and output datatypes.
+
+    Only the datatype rows are consulted (params, ranks and shapes are not): a quick question for
+    passes that choose datatypes, such as computing in a wider type behind Casts.
+    """
+    opdef = registry.op(op_type)
+    if opdef is None:
+        return False
+    plan = _plan(registry, opdef, backend)
+    if not plan.supported:
+        return False
+    if not plan.rows:
+        return True
+    values: dict[str, list[DataType]] = {}
+    for defs, dts in ((opdef.inputs, ins), (opdef.outputs, outs)):
+        for dt, di in zip(dts, _bind(defs, len(dts))):
+            if dt is not None:
+                values.setdefault(defs[di].name, []).append(dt)
+    return any(all(dt in allowed for name, allowed in row.checks for dt in values.get(name, ())) for row in plan.rows)

@@ -202,7 +202,43 @@ def _dft_basis(n: int, bins: int) -> list[np.ndarray]:
     return [np.cos(angle).astype(np.float32), (-np.sin(angle)).astype(np.float32)]
 
 
+def _band_mask(rows: int, cols: int, lo: int, hi: int, dt: str) -> np.ndarray:
+    """[rows, cols] mask: 1 (true) where lo <= j - i <= hi, else 0 — triangles, causal and window masks."""
+    if rows < 0 or cols < 0:
+        raise EvalError(f"no band mask of {rows} x {cols}")
+    diff = np.arange(cols)[None, :] - np.arange(rows)[:, None]
+    return ((diff >= lo) & (diff <= hi)).astype(np.dtype(dt))
+
+
+def _center_crop_pad(shape: list[int], target: list[int], axes: list[int]) -> list[list[list[int]]]:
+    """CenterCropPad of `shape` to `target` sizes on `axes` (all when empty): [StridedSlice ranges, Pad amounts]."""
+    r = len(shape)
+    axes = [a + r if a < 0 else a for a in (axes or range(r))]
+    if len(axes) != len(target) or any(not 0 <= a < r for a in axes):
+        raise EvalError(f"CenterCropPad: {len(target)} sizes for axes {axes} of a rank-{r} input")
+    ranges = [[0, d, 1] for d in shape]
+    pads = [[0, 0] for _ in shape]
+    for a, t in zip(axes, target):
+        d = shape[a]
+        if t < d:
+            ranges[a] = [(d - t) // 2, (d - t) // 2 + t, 1]
+        elif t > d:
+            pads[a] = [(t - d) // 2, t - d - (t - d) // 2]
+    return [ranges, pads]
+
+
+def _band_bias(rows: int, cols: int, lo: int, hi: int) -> np.ndarray:
+    """[rows, cols] float32 additive bias: 0 where lo <= j - i <= hi, -inf elsewhere (attention masks)."""
+    return np.where(_band_mask(rows, cols, lo, hi, "bool"), np.float32(0), np.float32(-np.inf)).astype(np.float32)
+
+
 SHAPE_FUNCTIONS: tuple[Function, ...] = (
+    Function("band_mask", ("int", "int", "int", "int", "dtype"), "tensor", _band_mask,
+             doc="[rows, cols] 1/0 mask of the band lo <= j - i <= hi (Trilu, causal and window masks)"),
+    Function("center_crop_pad", ("list[int]", "list[int]", "list[int]"), "list[list[list[int]]]", _center_crop_pad,
+             doc="[StridedSlice ranges, Pad amounts] that center-crop or pad a shape to sizes on some axes"),
+    Function("band_bias", ("int", "int", "int", "int"), "tensor", _band_bias,
+             doc="[rows, cols] float32 bias: 0 in the band lo <= j - i <= hi, -inf outside"),
     Function("normdims", ("list[int]", "int"), "list[int]", _normdims, doc="normdim of every dim in a list"),
     Function("strided_ranges", ("list[int]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[list[int]]",
              _strided_ranges, doc="numpy-style slices (starts, ends, axes, steps) of a shape → StridedSlice ranges"),

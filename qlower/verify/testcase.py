@@ -265,6 +265,10 @@ class RuleTest:
         fp16 = backend == "htp" and any(v.dtype == np.float32 for v in graph.values)
         if fp16:
             to_float16(graph, self.rules.registry)
+        if self.rules.ruleset.computes:
+            from qlower.qnn.retype import compute_in_supported_types
+
+            compute_in_supported_types(graph, self.rules.ruleset.computes, self.rules.registry, backend)
         qg = to_qnn(graph, self.rules.registry)
         problems = [d for d in validate_graph(qg, self.rules.registry, backend) if d.is_error]
         if problems:

@@ -146,3 +146,21 @@ def test_long_chain_checks_clean_without_recursion():
         prev = out
     g.set_io([g.value("x")], [prev])
     assert check_graph(g, decls=DECLS, need_shapes=True) == []
+
+
+def test_real_op_missing_from_the_packs_is_not_called_a_typo():
+    """An op no pack declares but that is only similar to a declared one gets no did-you-mean."""
+    g = chain()
+    g.op("add").type = "mllm.Addmm"
+    (d,) = check_graph(g, decls=DECLS)
+    assert d.code == "unknown-op" and "declared in no loaded rule pack" in d.message
+    assert "did you mean" not in (d.hint or "")
+
+
+def test_typo_of_is_strict():
+    from qlower.diagnostics import typo_of
+
+    assert typo_of("aten.conv2d", ["aten.clone", "aten.conv3d"]) == "aten.conv3d"
+    assert typo_of("aten.conv2d", ["aten.clone"]) is None
+    assert typo_of("onnx.ReduceLogSum", ["onnx.ReduceLogSumExp"]) is None
+    assert typo_of("onnx.softmax", ["onnx.Softmax"]) == "onnx.Softmax"

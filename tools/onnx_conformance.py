@@ -1,0 +1,329 @@
+"""ONNX operator conformance: the onnx package's backend node test cases through qlower, per backend.
+
+Every node test case ONNX ships (`onnx.backend.test.case.node`) that qlower can import is
+lowered with the onnx rule pack, validated against the backend's op definitions, run with the
+QNN reference kernels and compared with the outputs ONNX ships with the case.
+
+*Importable* cases: default-domain ops without subgraphs (no control flow), tensor inputs and
+outputs only (no sequences, optionals, maps), of element types QNN represents (no strings,
+float64, float8, bfloat16, int4/uint4, complex), and deterministic (no random-number ops).
+Parameter-like inputs (shapes, axes, k, scales, pads, weights and statistics a deployed model
+holds as initializers) are frozen into constants holding the case's data.
+
+For HTP, float graphs run in float16 (qlower's default); an HTP case whose outputs miss the
+tolerance but match when the same graph is lowered in float32 is a *float16 precision case*:
+listed, and left out of the HTP denominator.
+
+Usage (from the repository root; outside the default test run, ~1-3 minutes):
+    PYTHONPATH=. python tools/onnx_conformance.py [--backend cpu --backend htp] [--list STATUS] [--case SUBSTR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import re
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+
+import attrs
+import numpy as np
+
+# Element types a QNN graph can hold (ONNX TensorProto names); int64/uint64 are narrowed on import.
+QNN_TYPES = frozenset({"FLOAT", "FLOAT16", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32",
+                       "UINT64", "BOOL"})
+# Ops without deterministic outputs to compare with.
+RANDOM_OPS = frozenset({"Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+                        "Multinomial", "Dropout_training"})
+
+# Parameter-like and static inputs per op (input positions), beyond qlower's own PARAM_INPUTS: inputs
+# a deployed model holds as constants (weights, normalisation statistics, quantization parameters,
+# shapes, counts and thresholds).
+STATIC_INPUTS: dict[str, tuple[int, ...]] = {
+    "Conv": (1, 2), "ConvTranspose": (1, 2), "ConvInteger": (1, 2, 3), "DeformConv": (1, 3),
+    "BatchNormalization": (1, 2, 3, 4), "InstanceNormalization": (1, 2), "LayerNormalization": (1, 2),
+    "GroupNormalization": (1, 2), "RMSNormalization": (1,), "PRelu": (1,),
+    "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2), "QLinearConv": (1, 2, 3, 4, 5, 6, 7, 8),
+    "QLinearMatMul": (1, 2, 4, 5, 6, 7), "MatMulInteger": (2, 3),
+    "ConstantOfShape": (0,), "Range": (0, 1, 2), "OneHot": (1, 2), "Trilu": (1,), "Upsample": (1,),
+    "CenterCropPad": (1,), "NonMaxSuppression": (2, 3, 4), "Dropout": (1, 2), "Col2Im": (1, 2),
+    "LSTM": (1, 2, 3, 4), "GRU": (1, 2, 3, 4), "RNN": (1, 2, 3, 4), "STFT": (1, 3), "DFT": (1, 2),
+    "BlackmanWindow": (0,), "HannWindow": (0,), "HammingWindow": (0,), "MelWeightMatrix": (0, 1, 2, 3, 4),
+    "RotaryEmbedding": (1, 2, 3), "Attention": (3,),
+}
+
+
+@attrs.define
+class Outcome:
+    name: str
+    status: str  # matched | mismatch | f16 precision | run error | invalid | not lowered | import error
+    detail: str = ""
+
+
+LOWERED = ("matched", "mismatch", "f16 precision", "run error", "invalid")
+VALIDATED = ("matched", "mismatch", "f16 precision", "run error")
+
+
+@attrs.define
+class Tally:
+    backend: str
+    outcomes: list[Outcome] = attrs.Factory(list)
+    seconds: float = 0.0
+
+    def count(self, statuses: Sequence[str]) -> int:
+        return sum(o.status in statuses for o in self.outcomes)
+
+    def summary(self) -> str:
+        n = len(self.outcomes)
+        f16 = self.count(("f16 precision",))
+        denom = n - f16
+        matched = self.count(("matched",))
+        pct = 100.0 * matched / denom if denom else 0.0
+        extra = f", float16 precision cases {f16} (excepted)" if self.backend == "htp" else ""
+        return (f"{self.backend}: importable {n}, lowered {self.count(LOWERED)}, validated {self.count(VALIDATED)}, "
+                f"matched {matched}{extra} -> {matched}/{denom} = {pct:.1f}% ({self.seconds:.0f}s)")
+
+    def reasons(self, top: int = 20) -> list[tuple[int, str]]:
+        c = collections.Counter(f"{o.status}: {_normalise(o.detail)}" for o in self.outcomes
+                                if o.status not in ("matched", "f16 precision"))
+        return [(k, r) for r, k in c.most_common(top)]
+
+
+def _normalise(text: str) -> str:
+    text = re.sub(r"node \S+ \(", "node (", text)
+    text = re.sub(r"`[^`]*`", "`…`", text)
+    text = re.sub(r"(?<![A-Za-z_])\d+", "N", text)
+    return text[:200]
+
+
+def importable(case) -> str | None:
+    """Why the case is not importable, or None."""
+    from onnx import AttributeProto, TensorProto
+
+    g = case.model.graph
+    for n in g.node:
+        if n.domain not in ("", "ai.onnx"):
+            return f"domain {n.domain}"
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in n.attribute):
+            return "control flow"
+        if n.op_type in RANDOM_OPS:
+            return "random"
+    for vi in list(g.input) + list(g.output):
+        if not vi.type.HasField("tensor_type"):
+            return "not a tensor (sequence/optional/map)"
+        t = TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
+        if t not in QNN_TYPES:
+            return f"type {t}"
+    if not case.data_sets:
+        return "no data"
+    inputs, outputs = case_data(case)
+    if any(not isinstance(a, np.ndarray) for a in list(inputs) + list(outputs)):
+        return "non-tensor data"
+    return None
+
+
+def case_data(case) -> tuple[list, list]:
+    """The first data set's inputs and outputs, numpy scalars and TensorProtos as arrays."""
+    from onnx import TensorProto, numpy_helper
+
+    def arr(a):
+        if isinstance(a, TensorProto):
+            return numpy_helper.to_array(a)
+        return np.asarray(a) if isinstance(a, (np.generic, int, float, bool)) else a
+
+    inputs, outputs = case.data_sets[0]
+    return [arr(a) for a in inputs], [arr(a) for a in outputs]
+
+
+def param_names(model) -> set[str]:
+    """Names of the graph inputs that feed a parameter-like input position of some node."""
+    from qlower.reference.onnx_kernels import PARAM_INPUTS
+
+    names = set()
+    for n in model.graph.node:
+        positions = {p.index for p in PARAM_INPUTS.get(n.op_type, ())} | set(STATIC_INPUTS.get(n.op_type, ()))
+        names |= {n.input[i] for i in positions if i < len(n.input) and n.input[i]}
+    return names
+
+
+def freeze_params(model, inputs: list[np.ndarray], also: set[str] = frozenset()):
+    """The model with graph inputs at parameter-like positions turned into initializers holding the data.
+
+    `also` names further inputs to freeze: an `_expanded` case (the op's function body inlined)
+    freezes the inputs its unexpanded case has at parameter positions, whatever nodes now read them.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    init = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in init]
+    data = dict(zip(names, inputs))
+    static = {name for name in param_names(model) | set(also) if name in data}
+    if not static:
+        return model, inputs
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = [i for i in m.graph.input if i.name not in static]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    m.graph.initializer.extend(numpy_helper.from_array(np.asarray(data[name]), name) for name in sorted(static))
+    return m, [data[i.name] for i in keep if i.name in data]
+
+
+def _feeds(qnn, model, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
+    init = {i.name for i in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in init]
+    feeds = {}
+    for name, a in zip(names, inputs):
+        t = qnn.tensors.get(name)
+        if t is not None and name in qnn.inputs:
+            a = np.asarray(a)
+            if a.dtype == np.int64:
+                a = a.astype(np.int32)
+            elif a.dtype == np.uint64:
+                a = a.astype(np.uint32)
+            feeds[name] = a.reshape(t.dims)
+    return feeds
+
+
+def _expected_real(v, want: np.ndarray) -> np.ndarray:
+    if v is None or v.quant is None or want.dtype.kind == "f":
+        return np.asarray(want, np.float64)
+    scale, zero = np.asarray(v.quant.scale), np.asarray(v.quant.zero_point)
+    if v.quant.axis is not None:
+        shape = [1] * want.ndim
+        shape[v.quant.axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return (np.asarray(want, np.float64) - zero) * scale
+
+
+def _compare(case, outputs, got, expected, f16: bool) -> str | None:
+    """None when every output agrees, else what differs."""
+    for (name, v), want in zip(outputs.items(), expected):
+        ref = _expected_real(v, np.asarray(want))
+        if v is None or name not in got or np.size(got[name]) != ref.size:
+            return f"output {name} missing or of the wrong size"
+        have = np.asarray(got[name], np.float64).reshape(ref.shape)
+        if f16 and ref.dtype.kind == "f" and np.asarray(want).dtype.kind == "f":
+            scale = float(np.nanmax(np.abs(ref[np.isfinite(ref)]), initial=0.0)) or 1.0
+            ok = np.allclose(have, ref, rtol=2e-2, atol=2e-2 * scale, equal_nan=True)
+        else:
+            ok = np.allclose(have, ref, rtol=max(case.rtol, 1e-4), atol=max(case.atol, 1e-5), equal_nan=True)
+        if not ok:
+            with np.errstate(all="ignore"):
+                err = np.nanmax(np.abs(have - ref)) if have.size else 0.0
+            return f"output {name}: max error {err:.3g}"
+    return None
+
+
+def run_case(case, rules, backend: str, *, float16: bool | None = None, also: set[str] = frozenset()) -> Outcome:
+    import qlower
+    from qlower.diagnostics import QlowerError
+    from qlower.frontends.onnx_frontend import load_onnx
+    from qlower.reference.interpreter import run_dequantized
+
+    inputs, expected = case_data(case)
+    model, inputs = freeze_params(case.model, list(inputs), also)
+    try:
+        graph = load_onnx(model)
+    except QlowerError as exc:
+        return Outcome(case.name, "import error", str(exc).splitlines()[0])
+    except Exception as exc:  # noqa: BLE001 - an internal error is a finding to report, not a crash
+        return Outcome(case.name, "import error", f"internal error: {type(exc).__name__}: {exc}")
+    outputs = {o.name: graph.value(o.name) if graph.has_value(o.name) else None for o in model.graph.output}
+    try:
+        result = qlower.lower(graph, rules, backend=backend, float16=float16)
+    except QlowerError as exc:
+        return Outcome(case.name, "not lowered", str(exc).splitlines()[0])
+    except Exception as exc:  # noqa: BLE001
+        return Outcome(case.name, "not lowered", f"internal error: {type(exc).__name__}: {exc}")
+    if result.qnn is None:
+        return Outcome(case.name, "not lowered", str(result.errors[0]).splitlines()[0] if result.errors else "")
+    if not result.ok:
+        return Outcome(case.name, "invalid", str(result.errors[0]).splitlines()[0])
+    try:
+        got = run_dequantized(result.qnn, _feeds(result.qnn, model, inputs))
+    except (QlowerError, ValueError, KeyError) as exc:
+        return Outcome(case.name, "run error", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+    except Exception as exc:  # noqa: BLE001
+        return Outcome(case.name, "run error", f"internal error: {type(exc).__name__}: {exc}")
+    f16 = backend == "htp" and float16 is not False
+    problem = _compare(case, outputs, got, expected, f16)
+    if problem is None:
+        return Outcome(case.name, "matched")
+    if f16 and run_case(case, rules, backend, float16=False, also=also).status == "matched":
+        return Outcome(case.name, "f16 precision", problem)
+    return Outcome(case.name, "mismatch", problem)
+
+
+def collect(name_filter: str | None = None) -> tuple[list, collections.Counter]:
+    """The importable node cases, and why the others are not."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    cases, skipped = [], collections.Counter()
+    for c in collect_testcases():
+        if c.kind != "node" or (name_filter and name_filter not in c.name):
+            continue
+        why = importable(c)
+        if why is None:
+            cases.append(c)
+        else:
+            skipped[why] += 1
+    return cases, skipped
+
+
+def run_all(cases: Iterable, backend: str) -> Tally:
+    import qlower
+
+    t0 = time.perf_counter()
+    rules = qlower.load_rules(packs=["onnx"])
+    tally = Tally(backend)
+    cases = list(cases)
+    by_name = {c.name: c for c in cases}
+    for case in cases:
+        base = by_name.get(case.name.removesuffix("_expanded")) if case.name.endswith("_expanded") else None
+        also = param_names(base.model) if base is not None else set()
+        with np.errstate(all="ignore"):
+            tally.outcomes.append(run_case(case, rules, backend, also=also))
+    tally.seconds = time.perf_counter() - t0
+    return tally
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", action="append", choices=["cpu", "gpu", "htp", "dsp", "lpai"])
+    ap.add_argument("--case", help="only cases whose name contains this")
+    ap.add_argument("--list", action="append", default=[], metavar="STATUS",
+                    help="list the cases with this outcome (e.g. mismatch, 'not lowered', all)")
+    ap.add_argument("--top", type=int, default=25, help="how many failure reasons to print")
+    args = ap.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with np.errstate(all="ignore"):
+            cases, skipped = collect(args.case)
+        print(f"node cases: {len(cases)} importable; not importable: "
+              + ", ".join(f"{k} {v}" for k, v in skipped.most_common()))
+        gc.collect()
+        gc.freeze()
+        for backend in args.backend or ["cpu", "htp"]:
+            tally = run_all(cases, backend)
+            for o in sorted(tally.outcomes, key=lambda o: (o.status, o.name)):
+                if "all" in args.list or o.status in args.list:
+                    print(f"  {o.status:14} {o.name}  {o.detail}")
+            if backend == "htp":
+                f16 = [o.name for o in tally.outcomes if o.status == "f16 precision"]
+                if f16:
+                    print(f"float16 precision cases ({len(f16)}): " + ", ".join(sorted(f16)))
+            print("top failure reasons:")
+            for k, reason in tally.reasons(args.top):
+                print(f"  {k:4}  {reason}")
+            print(tally.summary())
+            sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
