@@ -19,14 +19,14 @@ install: $(STAMP)
 # KV cache in uint8, w8a16 and w4a16 weights) and the Qwen2-VL example graphs, and lower them for HTP.
 demo: $(STAMP)
 	$(PY) examples/build_qwen2.py examples --config demo --modes float,w8a16,w4a16
-	$(QLOWER) lower examples/qwen2_demo_w8a16.json --backend htp -o out/llm_w8a16 --report --verify
-	$(QLOWER) lower examples/qwen2_demo_w4a16.json --backend htp -o out/llm_w4a16 --report --verify
-	$(QLOWER) lower examples/qwen2_demo.json --backend htp -o out/llm_f16 --report --verify
+	$(QLOWER) lower examples/qwen2_demo_w8a16.json --backend htp -o out/llm_w8a16 --report --verify --html out/llm_w8a16/report.html
+	$(QLOWER) lower examples/qwen2_demo_w4a16.json --backend htp -o out/llm_w4a16 --report --verify --html out/llm_w4a16/report.html
+	$(QLOWER) lower examples/qwen2_demo.json --backend htp -o out/llm_f16 --report --verify --html out/llm_f16/report.html
 	$(PY) examples/build_qwen2vl.py examples
-	$(QLOWER) lower examples/qwen2vl_vision_block.json --backend htp -o out/vision_f16 --report --verify
-	$(QLOWER) lower examples/qwen2vl_decoder_layer.json --backend htp -o out/decoder_f16 --report --verify
-	$(QLOWER) lower examples/qwen2vl_vision_block_w8a16.json --backend htp -o out/vision_w8a16 --report --verify
-	$(QLOWER) lower examples/qwen2vl_decoder_layer_w8a16.json --backend htp -o out/decoder_w8a16 --report --verify
+	$(QLOWER) lower examples/qwen2vl_vision_block.json --backend htp -o out/vision_f16 --report --verify --html out/vision_f16/report.html
+	$(QLOWER) lower examples/qwen2vl_decoder_layer.json --backend htp -o out/decoder_f16 --report --verify --html out/decoder_f16/report.html
+	$(QLOWER) lower examples/qwen2vl_vision_block_w8a16.json --backend htp -o out/vision_w8a16 --report --verify --html out/vision_w8a16/report.html
+	$(QLOWER) lower examples/qwen2vl_decoder_layer_w8a16.json --backend htp -o out/decoder_w8a16 --report --verify --html out/decoder_w8a16/report.html
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:randomly
