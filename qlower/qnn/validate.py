@@ -13,12 +13,15 @@ few microseconds per op.
 from __future__ import annotations
 
 import ast
+import functools
 import gc
+import json
 import importlib
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -147,6 +150,13 @@ def _plan(registry: OpDefRegistry, opdef: OpDef, backend: str) -> _Plan:
     row_params = frozenset(n for r in rows for n, _ in r.checks if n in params)
     return _Plan(opdef, registry.supported(opdef.name, backend, opdef.package), params, param_dtypes, targets,
                  rows, row_params, tuple(others))
+
+
+@functools.cache
+def later_params() -> Mapping[str, Mapping[str, Mapping[str, str]]]:
+    """Params newer than the shipped op definitions (opdefs/later_params.json): noted, not refused."""
+    path = Path(__file__).with_name("opdefs") / "later_params.json"
+    return json.loads(path.read_text(encoding="utf-8"))["params"]
 
 
 def _bind(defs: Sequence[IODef], n: int) -> tuple[int, ...]:
@@ -561,6 +571,12 @@ class _OpCheck:
             seen.add(p.name)
             pd = plan.params.get(p.name)
             if pd is None:
+                newer = later_params().get(plan.opdef.name, {}).get(p.name)
+                if newer is not None:
+                    self.diags.append(warning(
+                        f"param `{p.name}` of {plan.opdef.name} is newer than the op definitions (QNN 2.25; seen "
+                        f"in {newer['seen_in']}): not checked", subject=self.subject, code="newer-param"))
+                    continue
                 self.err("unknown-param", f"{plan.opdef.name} has no param `{p.name}`",
                          hint=did_you_mean(p.name, plan.params))
                 continue

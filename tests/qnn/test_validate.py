@@ -337,3 +337,16 @@ def test_op_in_wrong_package(tmp_path: Path) -> None:
     op = b.op("f", "Fancy", [x, w], [y])  # package left at qti.aisw
     [d] = validate_op(op, b.graph, reg, "htp")
     assert d.code == "unknown-op" and "package my.ops" in d.hint
+
+
+def test_a_param_newer_than_the_definitions_is_noted_not_refused(registry: OpDefRegistry) -> None:
+    """Real QAIRT 2.27 converter output gives ResizeBilinear an `antialias` the 2.25 docs lack."""
+    b = Builder()
+    x, y = b.t("x", D.FLOAT_32, (1, 4, 4, 3)), b.t("y", D.FLOAT_32, (1, 8, 8, 3))
+    op = b.op("rs", "ResizeBilinear", [x], [y], [ScalarParam("align_corners", D.BOOL_8, False),
+                                                 ScalarParam("antialias", D.BOOL_8, False)])
+    found = validate_op(op, b.graph, registry, "cpu")
+    assert [(d.severity.name, d.code) for d in found] == [("WARNING", "newer-param")]
+    assert "seen in 2.27" in found[0].message
+    op.params[1] = ScalarParam("antialiased", D.BOOL_8, False)  # a misspelling is still refused
+    assert [d.code for d in validate_op(op, b.graph, registry, "cpu")] == ["unknown-param"]
