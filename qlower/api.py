@@ -131,16 +131,17 @@ class LowerResult:
         if not self.ok:
             raise QlowerError(self.errors or [error("lowering produced no QNN graph")])
 
-    def save(self, outdir: str | Path, *, converter_command: str = "qlower",
+    def save(self, outdir: str | Path, *, converter_command: str = "qlower", name: str | None = None,
              progress: Callable[[int, int], None] | None = None) -> list[Path]:
-        """Write `<name>_net.json`, `<name>.cpp`, `<name>.bin` (each complete or absent);
-        `progress(done, total)` hears of the `.bin` bytes written."""
+        """Write `<name>_net.json`, `<name>.cpp`, `<name>.bin` (each complete or absent); `name`
+        defaults to the graph's. `progress(done, total)` hears of the `.bin` bytes written."""
         from qlower.qnn.artifacts import save
 
         if self.qnn is None:
             raise QlowerError(error("nothing to save: the graph was not lowered"))
+        qnn = self.qnn if name is None or name == self.qnn.name else attrs.evolve(self.qnn, name=name)
         t = time.perf_counter()
-        paths = save(self.qnn, Path(outdir), converter_command=converter_command, progress=progress)
+        paths = save(qnn, Path(outdir), converter_command=converter_command, progress=progress)
         self.timings["emit"] = time.perf_counter() - t
         return paths
 

@@ -6,6 +6,7 @@ import argparse
 import gc
 import io
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -147,6 +148,13 @@ def rules_for(args, graph):
     return load_rules(packs=[dialect], opdefs=args.opdefs)  # with the qnn cleanup pack
 
 
+def artifact_name(model: str) -> str:
+    """Artifacts are named after the model file (two exports of `main_graph` must not overwrite each
+    other), made a C identifier since the `.cpp` uses it."""
+    stem = re.sub(r"\W", "_", Path(model).name.split(".")[0]) or "model"
+    return f"_{stem}" if stem[0].isdigit() else stem
+
+
 def lower(args: argparse.Namespace) -> int:
     from qlower.api import lower as lower_graph
 
@@ -188,7 +196,7 @@ def lower(args: argparse.Namespace) -> int:
         bar, update = _byte_bar(args, "writing .bin")
         try:
             written = result.save(outdir, converter_command=" ".join(["qlower", "lower", *sys.argv[2:]]),
-                                  progress=update)
+                                  name=args.name or artifact_name(args.model), progress=update)
         finally:
             if bar is not None:
                 bar.close()

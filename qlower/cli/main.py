@@ -35,6 +35,12 @@ def _version() -> str:
         return __version__
 
 
+def _c_name(text: str) -> str:
+    if not (text.isascii() and text.isidentifier()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a C identifier (letters, digits, _; not a digit first)")
+    return text
+
+
 def _tolerance(text: str) -> float:
     try:
         value = float(text)
@@ -107,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--verify", action="store_true",
                    help="run source and lowered graphs and compare their outputs; exit 1 and write no artifacts "
                    "when an output is beyond tolerance")
+    s.add_argument("--name", type=_c_name, default=None, help="name of the artifacts (<name>_net.json, ...; "
+                   "default: the model file's name)")
     s.add_argument("--keep-artifacts", action="store_true",
                    help="with --verify: write the artifacts even when verification fails")
     _verify_options(s)

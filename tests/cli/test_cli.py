@@ -66,7 +66,7 @@ def qlower(capsys, *argv) -> tuple[int, str, str]:
 @pytest.fixture
 def work(tmp_path) -> Path:
     (tmp_path / "rules.qpat").write_text(RULES, encoding="utf-8")
-    (tmp_path / "g.json").write_text(json.dumps(GRAPH), encoding="utf-8")
+    (tmp_path / "tiny.json").write_text(json.dumps(GRAPH), encoding="utf-8")
     return tmp_path
 
 
@@ -75,8 +75,8 @@ def lowered(tmp_path_factory) -> Path:
     """The artifacts of lowering the tiny graph for CPU (made once for the module)."""
     d = tmp_path_factory.mktemp("lowered")
     (d / "rules.qpat").write_text(RULES, encoding="utf-8")
-    (d / "g.json").write_text(json.dumps(GRAPH), encoding="utf-8")
-    code = main(["lower", str(d / "g.json"), "--rules", str(d / "rules.qpat"), "--backend", "cpu",
+    (d / "tiny.json").write_text(json.dumps(GRAPH), encoding="utf-8")
+    code = main(["lower", str(d / "tiny.json"), "--rules", str(d / "rules.qpat"), "--backend", "cpu",
                  "-o", str(d / "out"), "-q"])
     assert code == 0
     return d / "out"
@@ -190,7 +190,7 @@ def test_fmt_check_of_a_formatted_file(capsys, work):
 # -------------------------------------------------------------------- lower
 
 def test_lower_writes_the_three_artifacts_and_timings_and_report(capsys, work):
-    code, out, err = qlower(capsys, "lower", work / "g.json", "--rules", work / "rules.qpat", "--backend", "cpu",
+    code, out, err = qlower(capsys, "lower", work / "tiny.json", "--rules", work / "rules.qpat", "--backend", "cpu",
                             "-o", work / "out", "--timings", work / "t.json", "--report", work / "r.json")
     assert code == 0, err
     names = sorted(p.name for p in (work / "out").iterdir())
@@ -213,7 +213,7 @@ def test_lower_writes_the_three_artifacts_and_timings_and_report(capsys, work):
 
 
 def test_lower_report_without_file_prints_the_table(capsys, work):
-    code, out, _ = qlower(capsys, "lower", work / "g.json", "--rules", work / "rules.qpat", "--backend", "cpu",
+    code, out, _ = qlower(capsys, "lower", work / "tiny.json", "--rules", work / "rules.qpat", "--backend", "cpu",
                           "-o", work / "out", "--report")
     assert code == 0
     assert "m.Rep" in out and "rep×1" in out
@@ -222,7 +222,7 @@ def test_lower_report_without_file_prints_the_table(capsys, work):
 def test_lower_failure_names_each_node(capsys, work):
     only_neg = work / "only_neg.qpat"
     only_neg.write_text(RULES.split("rule rep")[0])
-    code, out, err = qlower(capsys, "lower", work / "g.json", "--rules", only_neg, "--backend", "cpu",
+    code, out, err = qlower(capsys, "lower", work / "tiny.json", "--rules", only_neg, "--backend", "cpu",
                             "-o", work / "out", "--report", work / "r.json")
     assert code == 1
     assert "node r (m.Rep)" in err
@@ -235,14 +235,14 @@ def test_lower_failure_names_each_node(capsys, work):
 def test_lower_allow_partial_exits_0(capsys, work):
     only_neg = work / "only_neg.qpat"
     only_neg.write_text(RULES.split("rule rep")[0])
-    code, out, err = qlower(capsys, "lower", work / "g.json", "--rules", only_neg, "--backend", "cpu",
+    code, out, err = qlower(capsys, "lower", work / "tiny.json", "--rules", only_neg, "--backend", "cpu",
                             "-o", work / "out", "--allow-partial")
     assert code == 0
     assert "node r (m.Rep)" in err
 
 
 def test_lower_unsupported_on_backend_explains_why(capsys, work):
-    code, _, err = qlower(capsys, "lower", work / "g.json", "--rules", work / "rules.qpat", "--backend", "lpai",
+    code, _, err = qlower(capsys, "lower", work / "tiny.json", "--rules", work / "rules.qpat", "--backend", "lpai",
                           "-o", work / "out")
     assert code == 1
     assert "node r (m.Rep)" in err and "Tile" in err and "LPAI" in err
@@ -251,7 +251,7 @@ def test_lower_unsupported_on_backend_explains_why(capsys, work):
 def test_lower_with_bad_rules_reports_them(capsys, work):
     bad = work / "bad.qpat"
     bad.write_text(RULES.replace("qnn.Tile(x)", "qnn.Tyle(x)"))
-    code, _, err = qlower(capsys, "lower", work / "g.json", "--rules", bad, "-o", work / "out")
+    code, _, err = qlower(capsys, "lower", work / "tiny.json", "--rules", bad, "-o", work / "out")
     assert code == 1
     assert "bad.qpat:" in err and "Tyle" in err
 
@@ -284,7 +284,7 @@ def test_lower_malformed_graph_gives_a_clean_error(capsys, work, content, fragme
 def test_lower_missing_files(capsys, work):
     code, _, err = qlower(capsys, "lower", work / "missing.json", "--rules", work / "rules.qpat")
     assert code == 1 and "missing.json" in err and "internal error" not in err
-    code, _, err = qlower(capsys, "lower", work / "g.json", "--rules", work / "missing.qpat", "-o", work / "out")
+    code, _, err = qlower(capsys, "lower", work / "tiny.json", "--rules", work / "missing.qpat", "-o", work / "out")
     assert code == 1 and "missing.qpat" in err and "internal error" not in err
 
 
@@ -348,17 +348,17 @@ def test_opdefs_unknown_op_suggests(capsys):
 
 
 def test_explain(capsys, work):
-    code, out, _ = qlower(capsys, "explain", work / "g.json", "--node", "n", "--rules", work / "rules.qpat")
+    code, out, _ = qlower(capsys, "explain", work / "tiny.json", "--node", "n", "--rules", work / "rules.qpat")
     assert code == 0
     assert "rule neg" in out and "matches; would emit qnn.ElementWiseNeg" in out
-    code, out, _ = qlower(capsys, "explain", work / "g.json", "--node", "r", "--rules", work / "rules.qpat",
+    code, out, _ = qlower(capsys, "explain", work / "tiny.json", "--node", "r", "--rules", work / "rules.qpat",
                           "--backend", "lpai")
     assert code == 0
     assert "cannot emit" in out and "Tile" in out
 
 
 def test_explain_unknown_node(capsys, work):
-    code, _, err = qlower(capsys, "explain", work / "g.json", "--node", "nn", "--rules", work / "rules.qpat")
+    code, _, err = qlower(capsys, "explain", work / "tiny.json", "--node", "nn", "--rules", work / "rules.qpat")
     assert code == 1
     assert "nn" in err and "did you mean `n`" in err
 
@@ -400,7 +400,7 @@ def test_test_command_keyword_and_missing_path(capsys, tmp_path):
 @pytest.mark.parametrize("flag", ["--timings", "--report"])
 def test_lower_json_output_into_a_missing_folder(capsys, work, flag):
     """Like `-o`, the folder of a JSON output is created."""
-    code, _, err = qlower(capsys, "lower", work / "g.json", "--rules", work / "rules.qpat", "--backend", "cpu",
+    code, _, err = qlower(capsys, "lower", work / "tiny.json", "--rules", work / "rules.qpat", "--backend", "cpu",
                           "-o", work / "out", "-q", flag, work / "nodir" / "x.json")
     assert code == 0, err
     assert json.loads((work / "nodir" / "x.json").read_text())
@@ -422,3 +422,23 @@ def test_check_of_a_file_that_is_not_utf8(capsys, work):
     code, _, err = qlower(capsys, "check", f)
     assert code == 1
     assert "binary.qpat" in err and "internal error" not in err
+
+
+def test_artifacts_are_named_after_the_model_file_unless_named(tmp_path, capsys):
+    """Two models whose graphs share a name (torch exports are all `main_graph`) must not overwrite each other."""
+    import json as _json
+
+    from qlower.cli.main import main as cli
+
+    doc = {"format": "qlower-graph/1", "name": "main_graph", "inputs": ["x"], "outputs": ["y"],
+           "tensors": {"x": {"dtype": "float32", "shape": [2, 3]}, "y": {"dtype": "float32", "shape": [2, 3]}},
+           "nodes": [{"name": "neg", "op": "mllm.Neg", "inputs": ["x"], "outputs": ["y"]}]}
+    for stem in ("first-model", "second.model"):
+        (tmp_path / f"{stem}.json").write_text(_json.dumps(doc))
+        assert cli(["lower", str(tmp_path / f"{stem}.json"), "--backend", "cpu", "-o", str(tmp_path / "out"), "-q"]) == 0
+    assert cli(["lower", str(tmp_path / "first-model.json"), "--backend", "cpu", "-o", str(tmp_path / "out"), "-q",
+                "--name", "chosen"]) == 0
+    names = sorted(p.name for p in (tmp_path / "out").glob("*_net.json"))
+    assert names == ["chosen_net.json", "first_model_net.json", "second_net.json"]
+    assert cli(["lower", str(tmp_path / "first-model.json"), "--name", "not-a-name"]) == 2
+    assert "not a C identifier" in capsys.readouterr().err

@@ -45,7 +45,7 @@ def test_input_shapes_fix_the_dims_and_the_graph_runs(capsys, dynamic, tmp_path)
     code, _, err = qlower(capsys, "lower", dynamic, "--backend", "cpu", "-o", out, "-q",
                           "--input-shape", "x=3,4", "--input-shape", "z=3,1")
     assert code == 0, err
-    net = out / "g_net.json"
+    net = out / "dyn_net.json"  # named after the model file
     doc = json.loads(net.read_text())
     assert doc["graph"]["tensors"]["x"]["dims"] == [3, 4] and doc["graph"]["tensors"]["z"]["dims"] == [3, 1]
     x = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)

@@ -54,7 +54,7 @@ def test_sources_are_traced_to_the_input_graph(tmp_path, capsys):
     code = main(["lower", str(tmp_path / "g.json"), "--rules", str(tmp_path / "r.qpat"), "--backend", "cpu",
                  "-o", str(tmp_path / "out"), "-q"])
     assert code == 0, capsys.readouterr().err
-    nodes = json.loads((tmp_path / "out" / "p_net.json").read_text())["graph"]["nodes"]
+    nodes = json.loads((tmp_path / "out" / "g_net.json").read_text())["graph"]["nodes"]
     prov = {name: n["provenance"] for name, n in nodes.items()}
     assert sorted(prov.values(), key=lambda p: p["rule"]) == [
         {"rule": "abs", "location": f"{tmp_path.name}/r.qpat:11", "source_nodes": ["pos"]},
