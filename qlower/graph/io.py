@@ -236,11 +236,17 @@ class _Loader:
         elif "scale" not in q:
             problems.append(("missing-key", "\"quant\" is missing key \"scale\""))
         else:
+            if type(q["scale"]) is dict or type(q.get("zero_point")) is dict:
+                q = self.quant_refs(name, q)  # scales/zero points by reference: read as arrays here
+                if q is None:
+                    return None
             problems += [("unknown-key", f"unknown \"quant\" key {_fmt(k)}") for k in sorted(q.keys() - _QUANT_KEYS)]
             problems += _quant_json_problems(q)
         if not problems:
             scale, zp = q["scale"], q.get("zero_point")  # absent or null: zeros
-            if type(scale) is not list:
+            if type(scale) is np.ndarray:
+                zp = np.zeros(len(scale), np.int64) if zp is None else zp
+            elif type(scale) is not list:
                 scale, zp = [scale], [zp or 0]
             elif zp is None:
                 zp = [0] * len(scale)
@@ -256,6 +262,35 @@ class _Loader:
         for code, msg in problems:
             self.err(f"tensor `{name}`: {msg}", code, subject)
         return None
+
+    def quant_refs(self, name: str, q: dict) -> dict | None:
+        """A quant object whose `scale`/`zero_point` reference arrays (npz, npy, safetensors, as `data`
+        does): the same object with those arrays read in, flat. Block encodings list millions of
+        scales; as arrays they skip JSON number parsing and Python lists altogether."""
+        subject = f"tensor {name}"
+        out = dict(q)
+        for key, kinds in (("scale", "fc"), ("zero_point", "iu")):
+            ref = q.get(key)
+            if type(ref) is not dict:
+                continue
+            if q.get("axis") is None:
+                self.err(f"tensor `{name}`: a per-tensor \"{key}\" is a number, not a reference (references "
+                         "need \"axis\")", "bad-quant", subject)
+                return None
+            if "npy" in ref or "safetensors" in ref:
+                lazy = self.ref_data(name, ref, None, None)
+                arr = None if lazy is None else np.asarray(lazy)
+            else:
+                arr = self.npz_data(name, ref)
+            if arr is None:
+                return None
+            if arr.dtype.kind not in kinds or arr.ndim != 1:
+                what = "a 1-D array of floats" if key == "scale" else "a 1-D array of integers"
+                self.err(f"tensor `{name}`: quant \"{key}\" must reference {what}, not {arr.dtype}"
+                         f"{list(arr.shape)}", "bad-quant", subject)
+                return None
+            out[key] = arr.astype(np.float64 if key == "scale" else np.int64, copy=False)
+        return out
 
     def data(self, name: str, d: Any, dtype: np.dtype, shape: list | None) -> np.ndarray | None:
         subject = f"tensor {name}"
@@ -288,8 +323,9 @@ class _Loader:
             return None
         return arr
 
-    def ref_data(self, name: str, ref: dict, dtype: np.dtype, shape: list) -> LazyArray | None:
-        """A `.npy` or `.safetensors` reference: checked against the file's header, read later."""
+    def ref_data(self, name: str, ref: dict, dtype: np.dtype | None, shape: list | None) -> LazyArray | None:
+        """A `.npy` or `.safetensors` reference: checked against the file's header (unless `dtype` and
+        `shape` are None: any), read later."""
         subject = f"tensor {name}"
         kind = "npy" if "npy" in ref else "safetensors"
         file, key = ref.get(kind), ref.get("key")
@@ -325,6 +361,8 @@ class _Loader:
             self.err(f"tensor `{name}`: {path} is not a valid {kind} file: {e}", "data-file", subject)
             return None
         lazy = LazyArray(source, got_dtype, got_shape)
+        if dtype is None:
+            return lazy
         if got_dtype != dtype:
             if got_dtype.kind == dtype.kind and got_dtype.itemsize == dtype.itemsize:
                 lazy = lazy.astype(dtype)  # byte order only
