@@ -26,7 +26,7 @@ except ImportError:  # optional: `pip install qlower[fast]`
     _orjson = None
 
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
-from qlower.graph.core import Graph, Value
+from qlower.graph.core import Graph, Op, Value
 from qlower.graph.format import FORMAT, _PLAIN, _inline_array, _plain_list, _quant_json_problems, quant_problems
 from qlower.graph.lazy import LazyArray, NpySource, SafetensorsSource, npy_header, safetensors_header
 from qlower.graph.npz import _Npz
@@ -42,6 +42,7 @@ _NODE_KEYS = frozenset({"name", "op", "inputs", "outputs", "attrs"})
 _QUANT_KEYS = frozenset({"scale", "zero_point", "axis", "bitwidth", "symmetric", "block_size", "block_axis"})
 _MAX_ERRORS = 50
 _ORJSON_MIN = 1 << 20  # characters
+_INTS = frozenset({int})
 
 
 # ------------------------------------------------------------------ loading
@@ -180,31 +181,37 @@ class _Loader:
 
     # ------------------------------------------------------------ tensors
     def tensors(self, g: Graph, tensors: dict) -> dict[str, Value]:
-        values: dict[str, Value] = {}
-        dtypes, add_value, keys = _DTYPES, g.add_value, _TENSOR_KEYS
+        """One pass; the common case (dtype and shape, maybe data) costs a few C-level checks and one
+        `Value` built directly into the graph's table (the graph is new and has no networkx view yet)."""
+        values = g._values  # noqa: SLF001 (the loader builds the graph it owns; see Graph.bulk)
+        dtypes, keys, ints, make = _DTYPES, _TENSOR_KEYS, _INTS, Value
+        f32 = _DTYPES["float32"]
         for name, t in tensors.items():
             if type(t) is not dict or not name or not keys.issuperset(t) or "dtype" not in t:
-                values[name] = add_value(name, np.float32, None)
+                values[name] = make(name, f32, None)
                 self.bad_tensor(name, t)
                 continue
             dt = t["dtype"]
             dtype = dtypes.get(dt) if type(dt) is str else None
             if dtype is None:
                 self.unknown_dtype(name, dt)
-                dtype = _DTYPES["float32"]
+                dtype = f32
             shape = t.get("shape")
-            if shape is not None and (type(shape) is not list or
-                                      not all(type(d) is int and d >= 0 for d in shape)):
+            if shape is not None and (type(shape) is not list or not ints.issuperset(map(type, shape))
+                                      or (shape and min(shape) < 0)):
                 self.err(f"tensor `{name}`: shape must be a list of non-negative integers, not {_fmt(shape)}",
                          "bad-shape", f"tensor {name}")
                 shape = None
+            if len(t) == 2 and shape is not None:  # dtype and shape only: most tensors of a big graph
+                values[name] = make(name, dtype, None if shape is None else tuple(shape))
+                continue
             q = t.get("quant")
             quant = None if q is None else self.quant(name, q, dtype, shape)
             if quant is not None and quant.axis is not None:
                 del t["quant"]  # the Quant has the numbers now: let the parsed lists go as loading goes on
             d = t.get("data")
             data = None if d is None else self.data(name, d, dtype, shape)
-            values[name] = add_value(name, dtype, shape, quant=quant, data=data)
+            values[name] = make(name, dtype, None if shape is None else tuple(shape), quant, data)
         return values
 
     def bad_tensor(self, name: str, t: Any) -> None:
@@ -409,7 +416,9 @@ class _Loader:
 
     # -------------------------------------------------------------- nodes
     def nodes(self, g: Graph, values: dict[str, Value], nodes: list) -> None:
-        add_op, has_op, keys, plain = g.add_op, g.has_op, _NODE_KEYS, _PLAIN
+        """One pass; each good node becomes an `Op` wired into its values directly (what `Graph.add_op`
+        does, minus the checks this loop has already made)."""
+        ops, keys, plain, make = g._ops, _NODE_KEYS, _PLAIN, Op  # noqa: SLF001 (see `tensors`)
         for i, n in enumerate(nodes):
             try:
                 name, op, ins, outs = n["name"], n["op"], n["inputs"], n["outputs"]
@@ -421,7 +430,7 @@ class _Loader:
                 continue
             if (type(name) is not str or type(op) is not str or type(ins) is not list or type(outs) is not list
                     or type(attrs_) is not dict or not keys.issuperset(n) or "." not in op or not name
-                    or has_op(name) or "" in outs):
+                    or name in ops or "" in outs):
                 self.bad_node(i, n, values, g)
                 continue
             for r in results:
@@ -437,7 +446,12 @@ class _Loader:
                     if type(v) not in plain and not _plain_list(v):
                         self.err(f"node `{name}`: attribute `{k}` must be a JSON scalar or list, not {_fmt(v)}",
                                  "bad-attr", f"node {name}")
-                add_op(name, op, operands, results, attrs_)
+                o = ops[name] = make(name, op, attrs_, operands, results)
+                for j, v in enumerate(operands):
+                    if v is not None:
+                        v.users.append((o, j))
+                for r in results:
+                    r.producer = o
 
     def bad_node(self, i: int, n: Any, values: dict[str, Value], g: Graph) -> None:
         """Explain why node #i was rejected (slow path, runs only for broken nodes)."""
