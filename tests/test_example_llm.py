@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 import qlower
+from qlower import api as qlower_api
 from qlower.graph.io import load_graph
 from qlower.graph.lazy import LazyArray
 from qlower.reference.mllm import MLLM_KERNELS
 from qlower.reference.source import run_graph
-from qlower.verify.compare import differences
 
 _PATH = Path(__file__).resolve().parents[1] / "examples" / "build_qwen2.py"
 
@@ -110,6 +110,6 @@ def test_quantized_llm_lowers_for_htp_and_stays_close(built, mode):
     res = qlower.lower(load_graph(paths[mode]), rules, backend="htp")
     res.raise_for_errors()
     assert res.qnn_op_counts()["FullyConnected"] == 7 * CFG.layers + 1
-    diffs = differences(load_graph(paths[mode]), res.qnn, _inputs(paths[mode]), rules.kernels)
-    worst = max(d.relative for d in diffs)
-    assert worst < 0.02, diffs
+    v = qlower_api.verify(load_graph(paths[mode]), res, rules, inputs=_inputs(paths[mode]))
+    worst = max(c.error / max(c.peak, 1e-12) for c in v.outputs)
+    assert v.passed and worst < 0.02, v.summary()
