@@ -6,7 +6,10 @@ For each config (examples/build_qwen2.py: 0.5b = 24 layers, hidden 896; 1.5b = 2
 1536, intermediate 8960, 12 heads, 2 KV heads, vocab 151936) the model is built once from a fixed
 seed into safetensors shards under the cache folder (default bench/cache/models, not committed;
 ~6 GB float32 for 1.5b plus ~1.6 GB per quantized mode), with fixed activation ranges (no
-calibration run). Then, each in a fresh process under `/usr/bin/time -v`:
+calibration run). Quantized graphs keep their per-channel/block scales in `<name>.quant.npz` (by
+reference, see docs/graph-format.md), not as JSON numbers; a cache built before that still loads
+(inline lists), but measures the slower, larger load — delete its `*_w4a16.json` to rebuild.
+Then, each in a fresh process under `/usr/bin/time -v`:
 
   floor   bench/io_floor.py: read every float32 weight once, convert to float16, write one file
   float   qlower lower MODEL.json --backend htp (float16 on HTP) -o OUT -q

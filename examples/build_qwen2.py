@@ -407,7 +407,7 @@ def build(outdir: str | Path, cfg: LlmConfig, modes: tuple[str, ...] = ("float",
                     return min(a, c), max(b, d)
             qg = quantize_llm(g, mode, ranges, Shards(outdir, f"{cfg.name}_{mode}-model"), cfg.block_size)
             paths[mode] = outdir / f"{qg.name}.json"
-            save_graph(qg, paths[mode])
+            save_graph(qg, paths[mode], quant_refs=1024)  # block scales in an npz, not JSON numbers
             save_inputs(outdir / f"{qg.name}_inputs.npz", quantize_inputs(qg, inputs))
             if verbose:
                 print(f"{qg.name}: written in {time.perf_counter() - t0:.1f} s", flush=True)

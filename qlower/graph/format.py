@@ -78,9 +78,9 @@ def _quant_json_problems(q: dict) -> list[tuple[str, str]]:
         if zp is not None and type(zp) is not int:
             out.append(("bad-quant", "per-tensor \"zero_point\" must be an integer"))
     else:
-        if type(scale) is not list or not _all_of(scale, _NUM_TYPES):
+        if type(scale) is not np.ndarray and (type(scale) is not list or not _all_of(scale, _NUM_TYPES)):
             out.append(("bad-quant", "per-axis \"scale\" must be a list of numbers"))
-        if zp is not None and (type(zp) is not list or not _all_of(zp, _INT_TYPES)):
+        if zp is not None and type(zp) is not np.ndarray and (type(zp) is not list or not _all_of(zp, _INT_TYPES)):
             out.append(("bad-quant", "per-axis \"zero_point\" must be a list of integers"))
     for k in ("axis", "bitwidth", "block_size", "block_axis"):
         if k in q and type(q[k]) is not int:

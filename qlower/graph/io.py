@@ -26,7 +26,7 @@ except ImportError:  # optional: `pip install qlower[fast]`
     _orjson = None
 
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
-from qlower.graph.core import Graph, Value
+from qlower.graph.core import Graph, Op, Value
 from qlower.graph.format import FORMAT, _PLAIN, _inline_array, _plain_list, _quant_json_problems, quant_problems
 from qlower.graph.lazy import LazyArray, NpySource, SafetensorsSource, npy_header, safetensors_header
 from qlower.graph.npz import _Npz
@@ -42,6 +42,7 @@ _NODE_KEYS = frozenset({"name", "op", "inputs", "outputs", "attrs"})
 _QUANT_KEYS = frozenset({"scale", "zero_point", "axis", "bitwidth", "symmetric", "block_size", "block_axis"})
 _MAX_ERRORS = 50
 _ORJSON_MIN = 1 << 20  # characters
+_INTS = frozenset({int})
 
 
 # ------------------------------------------------------------------ loading
@@ -180,31 +181,37 @@ class _Loader:
 
     # ------------------------------------------------------------ tensors
     def tensors(self, g: Graph, tensors: dict) -> dict[str, Value]:
-        values: dict[str, Value] = {}
-        dtypes, add_value, keys = _DTYPES, g.add_value, _TENSOR_KEYS
+        """One pass; the common case (dtype and shape, maybe data) costs a few C-level checks and one
+        `Value` built directly into the graph's table (the graph is new and has no networkx view yet)."""
+        values = g._values  # noqa: SLF001 (the loader builds the graph it owns; see Graph.bulk)
+        dtypes, keys, ints, make = _DTYPES, _TENSOR_KEYS, _INTS, Value
+        f32 = _DTYPES["float32"]
         for name, t in tensors.items():
             if type(t) is not dict or not name or not keys.issuperset(t) or "dtype" not in t:
-                values[name] = add_value(name, np.float32, None)
+                values[name] = make(name, f32, None)
                 self.bad_tensor(name, t)
                 continue
             dt = t["dtype"]
             dtype = dtypes.get(dt) if type(dt) is str else None
             if dtype is None:
                 self.unknown_dtype(name, dt)
-                dtype = _DTYPES["float32"]
+                dtype = f32
             shape = t.get("shape")
-            if shape is not None and (type(shape) is not list or
-                                      not all(type(d) is int and d >= 0 for d in shape)):
+            if shape is not None and (type(shape) is not list or not ints.issuperset(map(type, shape))
+                                      or (shape and min(shape) < 0)):
                 self.err(f"tensor `{name}`: shape must be a list of non-negative integers, not {_fmt(shape)}",
                          "bad-shape", f"tensor {name}")
                 shape = None
+            if len(t) == 2 and shape is not None:  # dtype and shape only: most tensors of a big graph
+                values[name] = make(name, dtype, None if shape is None else tuple(shape))
+                continue
             q = t.get("quant")
             quant = None if q is None else self.quant(name, q, dtype, shape)
             if quant is not None and quant.axis is not None:
                 del t["quant"]  # the Quant has the numbers now: let the parsed lists go as loading goes on
             d = t.get("data")
             data = None if d is None else self.data(name, d, dtype, shape)
-            values[name] = add_value(name, dtype, shape, quant=quant, data=data)
+            values[name] = make(name, dtype, None if shape is None else tuple(shape), quant, data)
         return values
 
     def bad_tensor(self, name: str, t: Any) -> None:
@@ -236,11 +243,17 @@ class _Loader:
         elif "scale" not in q:
             problems.append(("missing-key", "\"quant\" is missing key \"scale\""))
         else:
+            if type(q["scale"]) is dict or type(q.get("zero_point")) is dict:
+                q = self.quant_refs(name, q)  # scales/zero points by reference: read as arrays here
+                if q is None:
+                    return None
             problems += [("unknown-key", f"unknown \"quant\" key {_fmt(k)}") for k in sorted(q.keys() - _QUANT_KEYS)]
             problems += _quant_json_problems(q)
         if not problems:
             scale, zp = q["scale"], q.get("zero_point")  # absent or null: zeros
-            if type(scale) is not list:
+            if type(scale) is np.ndarray:
+                zp = np.zeros(len(scale), np.int64) if zp is None else zp
+            elif type(scale) is not list:
                 scale, zp = [scale], [zp or 0]
             elif zp is None:
                 zp = [0] * len(scale)
@@ -256,6 +269,35 @@ class _Loader:
         for code, msg in problems:
             self.err(f"tensor `{name}`: {msg}", code, subject)
         return None
+
+    def quant_refs(self, name: str, q: dict) -> dict | None:
+        """A quant object whose `scale`/`zero_point` reference arrays (npz, npy, safetensors, as `data`
+        does): the same object with those arrays read in, flat. Block encodings list millions of
+        scales; as arrays they skip JSON number parsing and Python lists altogether."""
+        subject = f"tensor {name}"
+        out = dict(q)
+        for key, kinds in (("scale", "fc"), ("zero_point", "iu")):
+            ref = q.get(key)
+            if type(ref) is not dict:
+                continue
+            if q.get("axis") is None:
+                self.err(f"tensor `{name}`: a per-tensor \"{key}\" is a number, not a reference (references "
+                         "need \"axis\")", "bad-quant", subject)
+                return None
+            if "npy" in ref or "safetensors" in ref:
+                lazy = self.ref_data(name, ref, None, None)
+                arr = None if lazy is None else np.asarray(lazy)
+            else:
+                arr = self.npz_data(name, ref)
+            if arr is None:
+                return None
+            if arr.dtype.kind not in kinds or arr.ndim != 1:
+                what = "a 1-D array of floats" if key == "scale" else "a 1-D array of integers"
+                self.err(f"tensor `{name}`: quant \"{key}\" must reference {what}, not {arr.dtype}"
+                         f"{list(arr.shape)}", "bad-quant", subject)
+                return None
+            out[key] = arr.astype(np.float64 if key == "scale" else np.int64, copy=False)
+        return out
 
     def data(self, name: str, d: Any, dtype: np.dtype, shape: list | None) -> np.ndarray | None:
         subject = f"tensor {name}"
@@ -288,8 +330,9 @@ class _Loader:
             return None
         return arr
 
-    def ref_data(self, name: str, ref: dict, dtype: np.dtype, shape: list) -> LazyArray | None:
-        """A `.npy` or `.safetensors` reference: checked against the file's header, read later."""
+    def ref_data(self, name: str, ref: dict, dtype: np.dtype | None, shape: list | None) -> LazyArray | None:
+        """A `.npy` or `.safetensors` reference: checked against the file's header (unless `dtype` and
+        `shape` are None: any), read later."""
         subject = f"tensor {name}"
         kind = "npy" if "npy" in ref else "safetensors"
         file, key = ref.get(kind), ref.get("key")
@@ -325,6 +368,8 @@ class _Loader:
             self.err(f"tensor `{name}`: {path} is not a valid {kind} file: {e}", "data-file", subject)
             return None
         lazy = LazyArray(source, got_dtype, got_shape)
+        if dtype is None:
+            return lazy
         if got_dtype != dtype:
             if got_dtype.kind == dtype.kind and got_dtype.itemsize == dtype.itemsize:
                 lazy = lazy.astype(dtype)  # byte order only
@@ -371,7 +416,9 @@ class _Loader:
 
     # -------------------------------------------------------------- nodes
     def nodes(self, g: Graph, values: dict[str, Value], nodes: list) -> None:
-        add_op, has_op, keys, plain = g.add_op, g.has_op, _NODE_KEYS, _PLAIN
+        """One pass; each good node becomes an `Op` wired into its values directly (what `Graph.add_op`
+        does, minus the checks this loop has already made)."""
+        ops, keys, plain, make = g._ops, _NODE_KEYS, _PLAIN, Op  # noqa: SLF001 (see `tensors`)
         for i, n in enumerate(nodes):
             try:
                 name, op, ins, outs = n["name"], n["op"], n["inputs"], n["outputs"]
@@ -383,7 +430,7 @@ class _Loader:
                 continue
             if (type(name) is not str or type(op) is not str or type(ins) is not list or type(outs) is not list
                     or type(attrs_) is not dict or not keys.issuperset(n) or "." not in op or not name
-                    or has_op(name) or "" in outs):
+                    or name in ops or "" in outs):
                 self.bad_node(i, n, values, g)
                 continue
             for r in results:
@@ -399,7 +446,12 @@ class _Loader:
                     if type(v) not in plain and not _plain_list(v):
                         self.err(f"node `{name}`: attribute `{k}` must be a JSON scalar or list, not {_fmt(v)}",
                                  "bad-attr", f"node {name}")
-                add_op(name, op, operands, results, attrs_)
+                o = ops[name] = make(name, op, attrs_, operands, results)
+                for j, v in enumerate(operands):
+                    if v is not None:
+                        v.users.append((o, j))
+                for r in results:
+                    r.producer = o
 
     def bad_node(self, i: int, n: Any, values: dict[str, Value], g: Graph) -> None:
         """Explain why node #i was rejected (slow path, runs only for broken nodes)."""

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from qlower.diagnostics import QlowerError, error
@@ -24,24 +25,43 @@ def dumps_graph(graph: Graph) -> str:
     return _dump(graph, None, {}, None)
 
 
-def save_graph(graph: Graph, path: str | Path, *, npz: bool | str = False) -> None:
+def save_graph(graph: Graph, path: str | Path, *, npz: bool | str = False, quant_refs: int | None = None) -> None:
     """Write a graph file atomically; `npz` (True = `<stem>.npz`, or a name relative to
-    the JSON's folder) moves constant data into an archive written the same way."""
+    the JSON's folder) moves constant data into an archive written the same way.
+    `quant_refs`: encodings with at least this many scales keep their scales and zero points
+    in `<stem>.quant.npz` (by reference), so loading them parses no million-number JSON lists."""
     path = Path(path)
+    qarrays: dict[str, np.ndarray] = {}
+    qrefs = None if quant_refs is None else _QuantRefs(path.with_suffix(".quant.npz").name, quant_refs, qarrays)
     if not npz:
-        write_atomic(path, _dump(graph, None, {}, path.parent).encode("utf-8"))
+        text = _dump(graph, None, {}, path.parent, qrefs)
+        if qarrays:
+            write_atomic(path.with_suffix(".quant.npz"), _npz_bytes(qarrays))
+        write_atomic(path, text.encode("utf-8"))
         return
     npz_path = path.with_suffix(".npz") if npz is True else path.parent / str(npz)
     if npz_path.resolve() == path.resolve():
         raise QlowerError(error(f"the npz file {npz_path} would overwrite the graph file", code="io"))
     arrays: dict[str, np.ndarray] = {}
-    text = _dump(graph, Path(os.path.relpath(npz_path, path.parent)).as_posix(), arrays, path.parent)
+    text = _dump(graph, Path(os.path.relpath(npz_path, path.parent)).as_posix(), arrays, path.parent, qrefs)
     if arrays:
         write_atomic(npz_path, _npz_bytes(arrays))
+    if qarrays:
+        write_atomic(path.with_suffix(".quant.npz"), _npz_bytes(qarrays))
     write_atomic(path, text.encode("utf-8"))
 
 
-def _dump(graph: Graph, npz_ref: str | None, arrays: dict[str, np.ndarray], ref_dir: Path | None) -> str:
+@attrs.define
+class _QuantRefs:
+    """Where long encodings go: the `.quant.npz` name, the length from which they go there, its arrays."""
+
+    file: str
+    threshold: int
+    arrays: dict[str, np.ndarray]
+
+
+def _dump(graph: Graph, npz_ref: str | None, arrays: dict[str, np.ndarray], ref_dir: Path | None,
+          qrefs: _QuantRefs | None = None) -> str:
     """`ref_dir` (the saved file's folder): data still by reference to a .npy/.safetensors file
     stays a reference, relative to it; None writes everything inline or into the npz."""
     enc = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": "), default=_json_default).encode
@@ -50,7 +70,7 @@ def _dump(graph: Graph, npz_ref: str | None, arrays: dict[str, np.ndarray], ref_
     for v in graph.values:
         t: dict[str, Any] = {"dtype": _dtype_name(v), "shape": None if v.shape is None else list(v.shape)}
         if v.quant is not None:
-            t["quant"] = _quant_json(v)
+            t["quant"] = _quant_json(v, qrefs)
         if v.data is not None:
             ref = _ref_json(v.data, ref_dir)
             t["data"] = ref if ref is not None else _data_json(v, npz_ref, arrays)
@@ -103,7 +123,7 @@ def _dtype_name(v: Value) -> str:
     return name
 
 
-def _quant_json(v: Value) -> dict[str, Any]:
+def _quant_json(v: Value, qrefs: _QuantRefs | None = None) -> dict[str, Any]:
     q = v.quant
     problems = quant_problems(q, v.dtype, v.shape)
     if problems:
@@ -112,7 +132,11 @@ def _quant_json(v: Value) -> dict[str, Any]:
     if q.axis is None:
         out: dict[str, Any] = {"scale": q.scale[0], "zero_point": q.zero_point[0]}
     else:
-        out = {"scale": list(q.scale), "zero_point": list(q.zero_point), "axis": q.axis}
+        if qrefs is not None and len(q.scale) >= qrefs.threshold:
+            out = _quant_ref_json(v, qrefs)
+        else:
+            out = {"scale": list(q.scale), "zero_point": list(q.zero_point)}
+        out["axis"] = q.axis
         if q.block_size is not None:
             out["block_size"], out["block_axis"] = q.block_size, q.block_axis
     if q.bitwidth is not None:
@@ -120,6 +144,19 @@ def _quant_json(v: Value) -> dict[str, Any]:
     if q.symmetric:
         out["symmetric"] = True
     return out
+
+
+def _quant_ref_json(v: Value, refs: "_QuantRefs") -> dict[str, Any]:
+    """`scale` (float64) and `zero_point` (the narrowest of int8/16/32/64 that holds them) as npz refs."""
+    q = v.quant
+    zp = np.asarray(q.zero_point, np.int64)
+    lo, hi = (int(zp.min()), int(zp.max())) if zp.size else (0, 0)
+    narrow = next(t for t in (np.int8, np.int16, np.int32, np.int64)
+                  if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max)
+    refs.arrays[f"{v.name}.scale"] = np.asarray(q.scale, np.float64)
+    refs.arrays[f"{v.name}.zero_point"] = zp.astype(narrow)
+    return {"scale": {"npz": refs.file, "key": f"{v.name}.scale"},
+            "zero_point": {"npz": refs.file, "key": f"{v.name}.zero_point"}}
 
 
 def _ref_json(data: Any, ref_dir: Path | None) -> dict[str, str] | None:
