@@ -219,7 +219,9 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         timings["lower"] = time.perf_counter() - t0
         qg = None
         t1 = time.perf_counter()
-        if outcome.ok or allow_partial:
+        # with allow_partial a graph converts when every op is lowered (the engine has already
+        # reported each one that is not; converting would only report them again)
+        if outcome.ok or (allow_partial and all(op.type.startswith("qnn.") for op in graph.ops)):
             try:
                 qg = to_qnn(graph, rules.registry)
             except QlowerError as exc:

@@ -335,6 +335,10 @@ def _summary(args, result, written, verify_line) -> None:
         print(f"  {verify_line}")
     for p in written:
         print(f"  wrote {p}")
+    if not written and not result.ok and getattr(args, "allow_partial", False):
+        why = "ops no rule lowers remain, and QNN artifacts hold QNN ops only" if result.qnn is None or any(
+            d.code == "not-lowered" for d in result.errors) else "the lowered graph does not validate"
+        print(f"  nothing written: {why} (the report above is what --allow-partial gives)")
 
 
 def _memory_lines(qnn) -> None:

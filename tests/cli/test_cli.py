@@ -442,3 +442,20 @@ def test_artifacts_are_named_after_the_model_file_unless_named(tmp_path, capsys)
     assert names == ["chosen_net.json", "first_model_net.json", "second_net.json"]
     assert cli(["lower", str(tmp_path / "first-model.json"), "--name", "not-a-name"]) == 2
     assert "not a C identifier" in capsys.readouterr().err
+
+
+def test_allow_partial_says_it_wrote_nothing_and_reports_each_op_once(tmp_path, capsys):
+    import json as _json
+
+    from qlower.cli.main import main as cli
+
+    doc = {"format": "qlower-graph/1", "name": "ap", "inputs": ["x"], "outputs": ["z"],
+           "tensors": {n: {"dtype": "float32", "shape": [2, 3]} for n in "xyz"},
+           "nodes": [{"name": "n", "op": "mllm.Neg", "inputs": ["x"], "outputs": ["y"]},
+                     {"name": "w", "op": "mllm.QuickGELU", "inputs": ["y"], "outputs": ["z"]}]}
+    (tmp_path / "ap.json").write_text(_json.dumps(doc))
+    assert cli(["lower", str(tmp_path / "ap.json"), "--backend", "lpai", "-o", str(tmp_path / "out"),
+                "--allow-partial"]) == 0
+    out, err = capsys.readouterr()
+    assert "nothing written" in out and not (tmp_path / "out").exists()
+    assert err.count("node n") == 1 and err.count("node w") == 1
