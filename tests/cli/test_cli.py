@@ -458,4 +458,4 @@ def test_allow_partial_says_it_wrote_nothing_and_reports_each_op_once(tmp_path, 
                 "--allow-partial"]) == 0
     out, err = capsys.readouterr()
     assert "nothing written" in out and not (tmp_path / "out").exists()
-    assert err.count("node n") == 1 and err.count("node w") == 1
+    assert err.count("node n") == 1  # the one op LPAI cannot take, reported once
