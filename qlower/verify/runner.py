@@ -28,13 +28,17 @@ def rule_files(paths: Sequence[str | Path]) -> list[Path]:
 
 
 def load_for(file: Path, opdefs: Sequence[str] = (), cache: dict | None = None):
-    """The rule set a file's tests run against: its whole folder (the pack), so needed rules are there."""
+    """The rule set a file's tests run against: the file as given (with what it imports), like
+    `qlower check`; a file of a rule pack, whose files use each other without imports, with its pack."""
     from qlower.api import load_rules
+    from qlower.plugins import installed
 
-    key = (str(file.parent.resolve()), tuple(opdefs))
+    roots = {Path(p).resolve() for p in installed().packs.values()}
+    target = next((d for d in file.resolve().parents if d in roots), file)
+    key = (str(target.resolve()), tuple(opdefs))
     if cache is not None and key in cache:
         return cache[key]
-    rules = load_rules([file.parent], opdefs=opdefs)
+    rules = load_rules([target], opdefs=opdefs)
     if cache is not None:
         cache[key] = rules
     return rules
