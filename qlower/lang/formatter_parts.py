@@ -277,13 +277,19 @@ def map_lines(m: ast.MapDecl) -> list[str]:
     name = f"{m.name}: " if m.name is not None else ""
     head = f"map {name}{' | '.join(p.op_types)}({', '.join(_operand(o) for o in p.operands)})"
     attrs = [f"{a.name}: {_attr_value(a)}" for a in p.attrs]
-    if attrs:
+    target = _flags(p) + f" -> {m.op}({', '.join(_arg(a) for a in m.args)})"
+    first: list[str] = []
+    if attrs and len(head + " { " + ", ".join(attrs) + " }" + target) > WIDTH:
+        # the pattern's attribute block wraps like a rule's match block, one attribute a line
+        first = [head + " {", *(INDENT + a + "," for a in attrs)]
+        head = "}"
+    elif attrs:
         head += " { " + ", ".join(attrs) + " }"
-    head += _flags(p) + f" -> {m.op}({', '.join(_arg(a) for a in m.args)})"
+    head += target
     tail = (f" benefit {m.benefit}" if m.benefit is not None else "") + backends_text(m.backends)
     tail += f" overrides {m.overrides}" if m.overrides else ""
     tail += f" tested {tensor_type_text(m.test_type)}" if m.test_type is not None else ""
-    return _block_lines("", head, [f"{q.name}: {format_expr(q.expr)}" for q in m.params], tail)
+    return first + _block_lines("", head, [f"{q.name}: {format_expr(q.expr)}" for q in m.params], tail)
 
 
 def expect_text(e: ast.Expect) -> str:

@@ -208,3 +208,13 @@ def test_long_map_lines_wrap_and_formatting_is_idempotent() -> None:
     once = format_text(text)
     assert format_text(once) == once and parse(once) == parse(text)
     assert "{\n  axes: [normdim(d, rank(x))],\n  keep_dims: k,\n}\n\nmap reduce_max" in once
+
+
+def test_a_long_map_pattern_wraps_its_attributes_too() -> None:
+    text = ("map conv: aten.conv1d | aten.conv2d(x, w, bias...) { stride: s, padding: p, dilation: d, groups: g } "
+            "-> aten.convolution(x, w, bias...) { stride: s, padding: p, transposed: false }\n")
+    once = format_text(text)
+    assert all(len(line) <= 100 for line in once.splitlines()), once
+    assert once.startswith("map conv: aten.conv1d | aten.conv2d(x, w, bias...) {\n  stride: s,\n")
+    assert "  groups: g,\n} -> aten.convolution(x, w, bias...) {" in once
+    assert format_text(once) == once and parse(once) == parse(text)
