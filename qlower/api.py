@@ -22,7 +22,7 @@ from qlower.diagnostics import Diagnostic, QlowerError, SourceCache, error
 from qlower.graph.core import Graph
 from qlower.qnn.model import QnnGraph
 from qlower.reference.spec import Kernel
-from qlower.rewrite.functions import FunctionTable
+from qlower.lang.functions import FunctionTable
 
 BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
 

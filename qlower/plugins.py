@@ -20,7 +20,8 @@ import attrs
 
 from qlower.diagnostics import Diagnostic, QlowerError, error
 from qlower.reference.spec import Kernel
-from qlower.rewrite.functions import Function, FunctionTable, builtin_functions
+from qlower.lang.functions import Function, FunctionTable
+from qlower.lang.builtins import builtin_functions
 
 GROUP = "qlower.plugins"
 
