@@ -380,9 +380,10 @@ def validate(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------- test / explain / opdefs
 def test(args: argparse.Namespace) -> int:
+    from qlower.api import load_rules
     from qlower.verify.runner import run_paths
 
-    return run_paths([str(p) for p in rule_paths(args.paths)], keyword=args.keyword, examples=args.examples,
+    return run_paths([str(p) for p in rule_paths(args.paths)], load_rules=load_rules, keyword=args.keyword, examples=args.examples,
                      opdefs=args.opdefs)
 
 

@@ -14,6 +14,7 @@ from lark import Lark
 
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
 from qlower.lang import ast
+from qlower.lang.fragments import with_inlined_rules
 from qlower.lang.builder import DEPTH, FILE, LARK_PLUGINS, Builder
 from qlower.lang.grammar import anonymous_terminals, grammar_text, tree_parser  # noqa: F401 - anonymous_terminals re-exported
 
@@ -53,7 +54,7 @@ def parse(text: str, file: str = "<string>") -> ast.Module:
     finally:
         FILE.reset(token)
         DEPTH.reset(depth_token)
-    return _attach_docs(ast.Module(file, tuple(items), tuple(comments)))
+    return with_inlined_rules(_attach_docs(ast.Module(file, tuple(items), tuple(comments))))
 
 
 def _describe_error(text: str, file: str) -> Diagnostic:

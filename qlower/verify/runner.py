@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from qlower.diagnostics import QlowerError, error
 
@@ -27,10 +28,11 @@ def rule_files(paths: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def load_for(file: Path, opdefs: Sequence[str] = (), cache: dict | None = None):
-    """The rule set a file's tests run against: its whole folder (the pack), so needed rules are there."""
-    from qlower.api import load_rules
+def load_for(file: Path, load_rules: Callable[..., Any], opdefs: Sequence[str] = (), cache: dict | None = None):
+    """The rule set a file's tests run against: its whole folder (the pack), so needed rules are there.
 
+    `load_rules` is `qlower.api.load_rules`, passed in by the caller (the CLI, the pytest plugin):
+    verify sits below the API."""
     key = (str(file.parent.resolve()), tuple(opdefs))
     if cache is not None and key in cache:
         return cache[key]
@@ -40,7 +42,7 @@ def load_for(file: Path, opdefs: Sequence[str] = (), cache: dict | None = None):
     return rules
 
 
-def run_paths(paths: Sequence[str], *, keyword: str | None = None, examples: int | None = None,
+def run_paths(paths: Sequence[str], *, load_rules: Callable[..., Any], keyword: str | None = None, examples: int | None = None,
               opdefs: Sequence[str] = ()) -> int:
     from qlower.verify.testcase import RuleTest, RuleTestFailure, missing_semantics, missing_semantics_reason
 
@@ -49,7 +51,7 @@ def run_paths(paths: Sequence[str], *, keyword: str | None = None, examples: int
     passed = failed = skipped = 0
     t0 = time.perf_counter()
     for f in rule_files(paths):
-        rules = load_for(f, opdefs, cache)
+        rules = load_for(f, load_rules, opdefs, cache)
         tests = [t for t in rules.ruleset.tests if Path(t.span.file).resolve() == f.resolve()]
         for t in tests:
             if keyword and keyword not in t.name:
