@@ -19,8 +19,7 @@ from qlower.lang.checker_types import (ATTR_TYPES, ExprTyper, assignable, dtype_
                                        suggest_name)
 from qlower.lang.registry import TargetParam, TargetRegistry
 from qlower.lang.functions import FunctionTable
-
-BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
+from qlower.qnn.backends import BACKENDS
 
 
 @attrs.frozen
