@@ -22,9 +22,9 @@ from qlower.diagnostics import Diagnostic, QlowerError, SourceCache, error
 from qlower.graph.core import Graph
 from qlower.qnn.model import QnnGraph
 from qlower.reference.spec import Kernel
-from qlower.rewrite.functions import FunctionTable
+from qlower.lang.functions import FunctionTable
 
-BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
+from qlower.qnn.backends import BACKENDS, runs_float_in_float16
 
 
 @attrs.frozen
@@ -209,7 +209,7 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         outcome = engine.run(graph)
         diags = problems + list(outcome.diagnostics)
         if float16 is None:
-            float16 = backend == "htp"
+            float16 = runs_float_in_float16(backend)
         if float16 and outcome.ok:
             to_float16(graph, rules.registry)
         if outcome.ok and rules.ruleset.computes:

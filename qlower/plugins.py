@@ -10,30 +10,21 @@ conflict and never silently resolved.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
 
 import attrs
 
 from qlower.diagnostics import Diagnostic, QlowerError, error
+from qlower.frontends.builtin import Frontend, builtin_frontends
 from qlower.reference.spec import Kernel
-from qlower.rewrite.functions import Function, FunctionTable, builtin_functions
+from qlower.lang.functions import Function, FunctionTable
+from qlower.lang.builtins import builtin_functions
+
 
 GROUP = "qlower.plugins"
-
-
-@attrs.frozen
-class Frontend:
-    """Imports a model file into a Graph. `suffixes` pick it for `--frontend auto`."""
-
-    name: str
-    suffixes: tuple[str, ...]
-    load: Callable[[Path], Any]
-    # keyword options `load` also takes (e.g. "input_shapes": name → dims for symbolic inputs)
-    options: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
 
 
 @attrs.frozen
@@ -67,7 +58,6 @@ class Contributions:
 def builtin_plugin() -> Plugin:
     """qlower's own contributions, declared the same way a plugin's are."""
     from qlower import _resources
-    from qlower.frontends.builtin import builtin_frontends
     from qlower.reference.mllm import MLLM_KERNELS
     from qlower.rewrite.rope_functions import ROPE_FUNCTIONS
 

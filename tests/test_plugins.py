@@ -15,7 +15,7 @@ from qlower import QlowerError
 from qlower.cli.main import main
 from qlower.graph import Graph
 from qlower.plugins import Frontend, Plugin, builtin_plugin, merge
-from qlower.rewrite.functions import Function
+from qlower.lang.functions import Function
 
 EXAMPLE = Path(__file__).parent / "example_plugin"
 TOY_RULES = EXAMPLE / "qlower_toy" / "rules"

@@ -392,10 +392,13 @@ def validate(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------- test / explain / opdefs
 def test(args: argparse.Namespace) -> int:
+    from qlower.api import load_rules
     from qlower.verify.runner import run_paths
 
-    return run_paths([str(p) for p in rule_paths(args.paths)], keyword=args.keyword, examples=args.examples,
-                     opdefs=args.opdefs)
+    from qlower.plugins import installed
+
+    return run_paths([str(p) for p in rule_paths(args.paths)], load_rules=load_rules, keyword=args.keyword,
+                     examples=args.examples, opdefs=args.opdefs, pack_roots=list(installed().packs.values()))
 
 
 def explain(args: argparse.Namespace) -> int:

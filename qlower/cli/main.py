@@ -13,8 +13,7 @@ from collections.abc import Sequence
 
 from qlower.cli import commands
 from qlower.diagnostics import QlowerError
-
-BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
+from qlower.qnn.backends import BACKENDS
 
 
 class _Parser(argparse.ArgumentParser):

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from qlower.plugins import Frontend
+import attrs
+
+
+@attrs.frozen
+class Frontend:
+    """Imports a model file into a Graph. `suffixes` pick it for `--frontend auto`."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    load: Callable[[Path], Any]
+    # keyword options `load` also takes (e.g. "input_shapes": name → dims for symbolic inputs)
+    options: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
 
 
 def _json(path: Path):

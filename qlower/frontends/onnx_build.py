@@ -11,7 +11,7 @@ import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.frontends.onnx_qdq import QdqResult, fold_qdq
-from qlower.frontends.onnx_types import graph_dtype, narrow_ints, onnx_to_numpy
+from qlower.reference.onnx_types import graph_dtype, narrow_ints, onnx_to_numpy
 from qlower.graph.core import Graph, Value
 from qlower.graph.lazy import LazyArray, RawSource
 from qlower.reference.onnx_kernels import EVAL_OPSET, PARAM_INPUTS

@@ -73,7 +73,7 @@ def _attr(node: Any, name: str, default: Any) -> Any:
 def _params(node: Any, consts: Mapping[str, np.ndarray], storage: np.dtype | None,
             rank: int | None) -> _Params | None:
     """Scale, zero point and axis of a Q/DQ node when they are constants (None otherwise)."""
-    from qlower.frontends.onnx_types import onnx_to_numpy
+    from qlower.reference.onnx_types import onnx_to_numpy
 
     ins = list(node.input)
     if len(ins) < 2 or ins[1] not in consts or int(_attr(node, "block_size", 0)):

@@ -582,19 +582,16 @@ class Module:
     def ops(self) -> tuple[OpDecl, ...]:
         return tuple(i for i in self.items if isinstance(i, OpDecl))
 
-    # the rules with fragments inlined, built once (rules keep their identity)
-    _rules: list = attrs.field(init=False, eq=False, repr=False, factory=list)
+    # The rules with fragments inlined (qlower.lang.fragments), computed once by the parser, which
+    # sits above this module; a Module built by hand has its rules as written.
+    inlined_rules: tuple | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
     @property
     def rules(self) -> tuple[Rule, ...]:
         """The file's rules, each `map` line as the rule it stands for, with the file's fragments inlined."""
-        if not self._rules:
-            from qlower.lang.fragments import inline  # noqa: PLC0415 - it builds on these classes
-
-            frags = {f.name: f for f in self.items if isinstance(f, Fragment)}
-            self._rules.append(tuple(inline(i.rule if isinstance(i, MapDecl) else i, frags)
-                                     for i in self.items if isinstance(i, (Rule, MapDecl))))
-        return self._rules[0]
+        if self.inlined_rules is not None:
+            return self.inlined_rules
+        return tuple(i.rule if isinstance(i, MapDecl) else i for i in self.items if isinstance(i, (Rule, MapDecl)))
 
     @property
     def fragments(self) -> tuple[Fragment, ...]:

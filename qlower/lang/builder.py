@@ -16,20 +16,21 @@ from lark import Token, Transformer, v_args
 
 from qlower.diagnostics import QlowerError, Span, error
 from qlower.lang import ast
+from qlower.lang.grammar import anonymous_terminals
 
 # The file being parsed, for the spans the builder makes; a context variable so
 # the one cached parser (with its inline builder) stays safe across threads.
-_FILE: contextvars.ContextVar[str] = contextvars.ContextVar("qpat_file", default="<string>")
+FILE: contextvars.ContextVar[str] = contextvars.ContextVar("qpat_file", default="<string>")
 # Nesting depth of the AST nodes built so far in this parse (by id; the nodes outlive the parse).
-_DEPTH: contextvars.ContextVar[dict[int, int]] = contextvars.ContextVar("qpat_depth")
+DEPTH: contextvars.ContextVar[dict[int, int]] = contextvars.ContextVar("qpat_depth")
 MAX_DEPTH = 200  # deeper expressions would exhaust Python's stack in later stages
 
 try:  # optional: lark's Cython LALR/lexer (same results, about twice as fast)
     import lark_cython
-    _PLUGINS = lark_cython.plugins
+    LARK_PLUGINS = lark_cython.plugins
     _TOKENS: tuple[type, ...] = (Token, lark_cython.Token)
 except ImportError:  # pragma: no cover - depends on the environment
-    _PLUGINS = {}
+    LARK_PLUGINS = {}
     _TOKENS = (Token,)
 
 
@@ -114,13 +115,11 @@ def _with_span(f, data, children, meta):
     keywords included) and its children without the anonymous tokens."""
     first = _edge(children, True)
     last = _edge(children, False)
-    file = _FILE.get()
+    file = FILE.get()
     span = Span(file, first[0], first[1], last[0], last[1]) if first and last else Span(file, 1, 1, 1, 2)
-    from qlower.lang.parser import anonymous_terminals
-
     anon = anonymous_terminals()
     kept = [c for c in children if not (isinstance(c, _TOKENS) and c.type in anon)]
-    depths = _DEPTH.get()
+    depths = DEPTH.get()
     d = 0
     for c in kept:
         dc = depths.get(id(c), 0)
@@ -136,11 +135,11 @@ def _with_span(f, data, children, meta):
 
 
 @v_args(wrapper=_with_span)
-class _Builder(Transformer):
+class Builder(Transformer):
 
     @property
     def file(self) -> str:
-        return _FILE.get()
+        return FILE.get()
 
     def _s(self, meta) -> Span:
         return meta

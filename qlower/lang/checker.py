@@ -20,7 +20,7 @@ from qlower.lang.names import qualify
 
 TARGET_PREFIX = "qnn."
 from qlower.lang.registry import TargetRegistry
-from qlower.rewrite.functions import FunctionTable
+from qlower.lang.functions import FunctionTable
 
 __all__ = ["CODES", "check"]
 

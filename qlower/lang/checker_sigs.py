@@ -18,9 +18,8 @@ from qlower.lang import ast
 from qlower.lang.checker_types import (ATTR_TYPES, ExprTyper, assignable, dtype_literal_ok, literal_type, suggest,
                                        suggest_name)
 from qlower.lang.registry import TargetParam, TargetRegistry
-from qlower.rewrite.functions import FunctionTable
-
-BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
+from qlower.lang.functions import FunctionTable
+from qlower.qnn.backends import BACKENDS
 
 
 @attrs.frozen

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from qlower.diagnostics import Note, Span, did_you_mean, error
 from qlower.graph.types import DTYPE_ALIASES, DTYPE_NAMES, canonical_dtype
 from qlower.lang import ast
-from qlower.rewrite.functions import FunctionTable
+from qlower.lang.functions import FunctionTable
 
 ANY = "any"
 NUMERIC = frozenset({"int", "float", "number"})

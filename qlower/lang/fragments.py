@@ -17,6 +17,14 @@ import attrs
 from qlower.lang import ast
 
 
+def with_inlined_rules(module: ast.Module) -> ast.Module:
+    """`module` with its rules (`map` lines as the rules they stand for) built once, fragments inlined."""
+    frags = {f.name: f for f in module.fragments}
+    rules = tuple(inline(i.rule if isinstance(i, ast.MapDecl) else i, frags)
+                  for i in module.items if isinstance(i, (ast.Rule, ast.MapDecl)))
+    return attrs.evolve(module, inlined_rules=rules)
+
+
 def inline(rule: ast.Rule, fragments: Mapping[str, ast.Fragment]) -> ast.Rule:
     """`rule` with its fragment calls expanded (the same object when it has none)."""
     if not fragments or not any(isinstance(i, ast.FragmentCall) for i in rule.emits):

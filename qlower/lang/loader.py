@@ -23,7 +23,8 @@ from qlower.lang.checker_sigs import Locator
 from qlower.lang.names import qualify, resolve_rule
 from qlower.lang.parser import parse
 from qlower.lang.registry import TargetRegistry, default_registry
-from qlower.rewrite.functions import FunctionTable, builtin_functions
+from qlower.lang.functions import FunctionTable
+from qlower.lang.builtins import builtin_functions
 
 # Findings about names another file declares; after a syntax error that file's
 # declarations are missing, so these would only be noise.

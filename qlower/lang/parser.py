@@ -7,41 +7,24 @@ author's words, never lark's token names.
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 
 import lark
 from lark import Lark
 
-from qlower import _resources
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
 from qlower.lang import ast
-from qlower.lang.builder import _DEPTH, _FILE, _PLUGINS, _Builder
+from qlower.lang.fragments import with_inlined_rules
+from qlower.lang.builder import DEPTH, FILE, LARK_PLUGINS, Builder
+from qlower.lang.grammar import anonymous_terminals, grammar_text, tree_parser  # noqa: F401 - anonymous_terminals re-exported
 
 
 @functools.cache
 def _parser() -> Lark:
     """The parser, built once: tokens are kept so spans come from them (cheaper than lark's
     position propagation), and the AST is built during parsing (no intermediate tree)."""
-    grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
-    return Lark(grammar, parser="lalr", lexer="contextual", strict=True, keep_all_tokens=True,
-                maybe_placeholders=True, transformer=_Builder(), _plugins=_PLUGINS, cache=True)
-
-
-@functools.cache
-def anonymous_terminals() -> frozenset[str]:
-    """Terminals the grammar writes inline (keywords, punctuation): not values the builder needs."""
-    grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
-    defined = set(re.findall(r"(?m)^([A-Z_][A-Z0-9_]*)(?:\.\d+)?\s*:", grammar))
-    return frozenset(t.name for t in _parser().terminals if t.name not in defined)
-
-
-@functools.cache
-def _diagnosis_parser() -> Lark:
-    """A tree-building twin of the parser, used only to describe syntax errors (its
-    error objects carry the expected-token sets and the parser state)."""
-    grammar = (_resources.data_dir("grammars") / "qpat.lark").read_text(encoding="utf-8")
-    return Lark(grammar, parser="lalr", lexer="contextual", strict=True, maybe_placeholders=True, cache=True)
+    return Lark(grammar_text(), parser="lalr", lexer="contextual", strict=True, keep_all_tokens=True,
+                maybe_placeholders=True, transformer=Builder(), _plugins=LARK_PLUGINS, cache=True)
 
 
 def parse(text: str, file: str = "<string>") -> ast.Module:
@@ -52,8 +35,8 @@ def parse(text: str, file: str = "<string>") -> ast.Module:
     def keep(line: int, body: str, own_line: bool) -> None:
         comments.append(ast.Comment(line, body, own_line))
 
-    token = _FILE.set(file)
-    depth_token = _DEPTH.set({})
+    token = FILE.set(file)
+    depth_token = DEPTH.set({})
     try:
         tree = _parse_with_comments(text, keep)
         items = tree.children
@@ -69,14 +52,14 @@ def parse(text: str, file: str = "<string>") -> ast.Module:
     except RecursionError:
         raise QlowerError(_too_deep(file)) from None
     finally:
-        _FILE.reset(token)
-        _DEPTH.reset(depth_token)
-    return _attach_docs(ast.Module(file, tuple(items), tuple(comments)))
+        FILE.reset(token)
+        DEPTH.reset(depth_token)
+    return with_inlined_rules(_attach_docs(ast.Module(file, tuple(items), tuple(comments))))
 
 
 def _describe_error(text: str, file: str) -> Diagnostic:
     try:
-        _diagnosis_parser().parse(text)
+        tree_parser().parse(text)
     except lark.exceptions.UnexpectedInput as exc:
         return _syntax_diagnostic(exc, text, file)
     return error("syntax error", span=Span(file, 1, 1, 1, 2), code="syntax")  # pragma: no cover

@@ -25,7 +25,7 @@ from qlower.lang.checker_sigs import Locator
 from qlower.lang.formatter import format_text
 from qlower.lang.loader import Inspection, inspect_paths, resolve_pack
 from qlower.lang.registry import TargetRegistry
-from qlower.rewrite.functions import FunctionTable
+from qlower.lang.functions import FunctionTable
 
 _WORD = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _HINT = re.compile(r"did you mean `([^`]+)`\?")

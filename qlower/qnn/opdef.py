@@ -23,12 +23,12 @@ import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
 
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
+from qlower.qnn.backends import BACKENDS
 from qlower.qnn.constraints import ALL_BACKENDS, Check, ConstraintSet, OpConstraints, load_constraints
 from qlower.qnn.datatypes import DataType
 
 SHIPPED_DIR = Path(__file__).parent / "opdefs"
-SHIPPED_FILES = ("master.xml", "cpu.xml", "gpu.xml", "htp.xml", "dsp.xml", "lpai.xml", "constraints.json")
-BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
+SHIPPED_FILES = ("master.xml", *(f"{b}.xml" for b in BACKENDS), "constraints.json")
 QNN_PACKAGE = "qti.aisw"
 ALL_CONFIGS = "All"
 _MAX_FILE_BYTES = 32 * 1024 * 1024

@@ -119,7 +119,7 @@ def infer_shapes(op: str, attrs: Mapping[str, Any], operands: Sequence[Any], n_o
     """
     from onnx import shape_inference
 
-    from qlower.frontends.onnx_types import onnx_to_numpy
+    from qlower.reference.onnx_types import onnx_to_numpy
 
     args, attrs = with_param_inputs(op, operands, attrs)
     model, _ = _model(op, attrs, args, n_out, static=True)
@@ -254,7 +254,7 @@ def _attribute(schema: Any, name: str, value: Any):
     """An AttributeProto of the schema's declared type (qlower stores dtypes by name, bools as ints)."""
     from onnx import AttributeProto, helper
 
-    from qlower.frontends.onnx_types import dtype_to_onnx
+    from qlower.reference.onnx_types import dtype_to_onnx
 
     decl = schema.attributes.get(name) if schema is not None else None
     kind = decl.type if decl is not None else None
@@ -287,7 +287,7 @@ def _model(op: str, attrs: Mapping[str, Any], args: Sequence[Any], n_out: int, s
     """A one-node ModelProto; array args are runtime inputs (or, with `static`, initializers)."""
     from onnx import TensorProto, defs, helper
 
-    from qlower.frontends.onnx_types import numpy_to_onnx
+    from qlower.reference.onnx_types import numpy_to_onnx
 
     opset = _opset_for(op, [k for k, v in attrs.items() if v is not None])
     try:

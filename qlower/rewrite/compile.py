@@ -11,7 +11,7 @@ from qlower.diagnostics import Span
 from qlower.graph.core import Op
 from qlower.lang import ast
 from qlower.rewrite.expr import compile_expr
-from qlower.rewrite.functions import EvalError, FunctionTable
+from qlower.lang.functions import EvalError, FunctionTable
 from qlower.rewrite.match import OPS, PatternCompiler, simple_root
 
 Env = dict[str, Any]

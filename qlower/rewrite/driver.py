@@ -22,7 +22,8 @@ from qlower.graph.core import Graph, GraphError, Op
 from qlower.lang import ast
 from qlower.rewrite.compile import FAIL, CompiledRule, GuardError, RuleIndex, _bound_names, compile_rule
 from qlower.rewrite.emit import EmitFailure, EmitProgram, commit
-from qlower.rewrite.functions import FunctionTable, builtin_functions
+from qlower.lang.functions import FunctionTable
+from qlower.lang.builtins import builtin_functions
 
 
 @attrs.define

@@ -20,7 +20,7 @@ from qlower.lang import ast
 from qlower.qnn.params import ParamError, coerce_param
 from qlower.rewrite.compile import CompiledRule
 from qlower.rewrite.expr import compile_expr
-from qlower.rewrite.functions import EvalError, FunctionTable, RangeEncoding
+from qlower.lang.functions import EvalError, FunctionTable, RangeEncoding
 from qlower.rewrite.match import OPS
 
 Env = dict[str, Any]

@@ -14,7 +14,7 @@ from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
 from qlower.rewrite.compile import _bound_names
 from qlower.rewrite.expr import compile_expr
-from qlower.rewrite.functions import EvalError
+from qlower.lang.functions import EvalError
 from qlower.rewrite.match import _FAMILIES, _match_dims, _same_literal
 
 _MISSING = object()

@@ -14,7 +14,7 @@ import numpy as np
 
 from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
-from qlower.rewrite.functions import EvalError, FunctionTable
+from qlower.lang.functions import EvalError, FunctionTable
 
 Env = dict[str, Any]
 Compiled = Callable[[Env], Any]

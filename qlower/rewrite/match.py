@@ -17,7 +17,7 @@ import numpy as np
 from qlower.graph.core import Op, Value
 from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
-from qlower.rewrite.functions import FunctionTable
+from qlower.lang.functions import FunctionTable
 
 Env = dict[str, Any]
 K = Callable[[Env], Any]

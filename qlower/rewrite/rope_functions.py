@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qlower.rewrite.functions import Function
+from qlower.lang.functions import Function
 
 
 def _vision(grid, dims, theta=10000.0, merge=2):

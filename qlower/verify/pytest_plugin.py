@@ -22,11 +22,13 @@ def pytest_collect_file(parent, file_path: Path):
 
 class QpatFile(pytest.File):
     def collect(self):
+        from qlower.api import load_rules  # this module is an entry point, above the API
+        from qlower.plugins import installed
         from qlower.verify.runner import load_for
 
         cache = self.config.stash.setdefault(_CACHE, {})
         try:
-            rules = load_for(self.path, (), cache)
+            rules = load_for(self.path, load_rules, (), cache, list(installed().packs.values()))
         except QlowerError as exc:
             raise self.CollectError(f"{self.path}: the rule set does not load:\n{exc.render()}") from None
         for t in rules.ruleset.tests:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 from qlower.diagnostics import QlowerError, error
 
@@ -27,13 +28,15 @@ def rule_files(paths: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def load_for(file: Path, opdefs: Sequence[str] = (), cache: dict | None = None):
+def load_for(file: Path, load_rules: Callable[..., Any], opdefs: Sequence[str] = (), cache: dict | None = None,
+             pack_roots: Collection[Path] = ()):
     """The rule set a file's tests run against: the file as given (with what it imports), like
-    `qlower check`; a file of a rule pack, whose files use each other without imports, with its pack."""
-    from qlower.api import load_rules
-    from qlower.plugins import installed
+    `qlower check`; a file inside one of `pack_roots` (a rule pack, whose files use each other
+    without imports) with its whole pack.
 
-    roots = {Path(p).resolve() for p in installed().packs.values()}
+    `load_rules` is `qlower.api.load_rules`, passed in by the caller (the CLI, the pytest plugin):
+    verify sits below the API."""
+    roots = {Path(p).resolve() for p in pack_roots}
     target = next((d for d in file.resolve().parents if d in roots), file)
     key = (str(target.resolve()), tuple(opdefs))
     if cache is not None and key in cache:
@@ -44,8 +47,8 @@ def load_for(file: Path, opdefs: Sequence[str] = (), cache: dict | None = None):
     return rules
 
 
-def run_paths(paths: Sequence[str], *, keyword: str | None = None, examples: int | None = None,
-              opdefs: Sequence[str] = ()) -> int:
+def run_paths(paths: Sequence[str], *, load_rules: Callable[..., Any], keyword: str | None = None,
+              examples: int | None = None, opdefs: Sequence[str] = (), pack_roots: Collection[Path] = ()) -> int:
     from qlower.verify.testcase import RuleTest, RuleTestFailure, missing_semantics, missing_semantics_reason
 
     n = examples or default_examples()
@@ -53,7 +56,7 @@ def run_paths(paths: Sequence[str], *, keyword: str | None = None, examples: int
     passed = failed = skipped = 0
     t0 = time.perf_counter()
     for f in rule_files(paths):
-        rules = load_for(f, opdefs, cache)
+        rules = load_for(f, load_rules, opdefs, cache, pack_roots)
         tests = [t for t in rules.ruleset.tests if Path(t.span.file).resolve() == f.resolve()]
         for t in tests:
             if keyword and keyword not in t.name:

@@ -238,6 +238,7 @@ class RuleTest:
     def _check_backend(self, backend: str, dims: Mapping, feeds: Mapping[str, np.ndarray]) -> None:
         from qlower.diagnostics import render_all
         from qlower.qnn.convert import to_qnn
+        from qlower.qnn.backends import runs_float_in_float16
         from qlower.qnn.precision import to_float16
         from qlower.qnn.validate import validate_graph
         from qlower.reference.interpreter import run_dequantized
@@ -262,7 +263,7 @@ class RuleTest:
         emitted = [op.type for op in graph.ops]
         if self.expect.ops is not None and tuple(emitted) != tuple(self.expect.ops):
             raise RuleTestFailure(f"{where}: emitted {emitted}, expected {list(self.expect.ops)}")
-        fp16 = backend == "htp" and any(v.dtype == np.float32 for v in graph.values)
+        fp16 = runs_float_in_float16(backend) and any(v.dtype == np.float32 for v in graph.values)
         if fp16:
             to_float16(graph, self.rules.registry)
         if self.rules.ruleset.computes:

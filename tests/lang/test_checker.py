@@ -19,7 +19,7 @@ from qlower.lang.checker import check
 from qlower.lang.loader import check_paths
 from qlower.lang.parser import parse
 from qlower.lang.registry import MinimalRegistry
-from qlower.rewrite.functions import builtin_functions
+from qlower.lang.builtins import builtin_functions
 
 FAILURES = Path(__file__).parent / "failures"
 _EXPECT = re.compile(r"#\s*expect:\s*(error|warning|note)\s+(\d+):(\d+)\s+(.*?)\s*$")
@@ -216,7 +216,7 @@ def test_findings_are_ordered_by_position() -> None:
 
 
 def test_plugin_functions_are_known() -> None:
-    from qlower.rewrite.functions import Function
+    from qlower.lang.functions import Function
 
     text = "op mllm.T(x) -> y\nrule t {\n  match y = mllm.T(x)\n  require ok(x, 2)\n  emit y = x\n}\n"
     functions = builtin_functions().extend([Function("ok", ("value", "int"), "bool", lambda v, n: True)])

@@ -25,7 +25,7 @@ from qlower.lang.formatter import format_module, format_text
 from qlower.lang.loader import check_paths
 from qlower.lang.parser import parse
 from qlower.lang.registry import default_registry
-from qlower.rewrite.functions import builtin_functions
+from qlower.lang.builtins import builtin_functions
 from tests.lang.strategies import tree_key
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "language.md"

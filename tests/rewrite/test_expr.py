@@ -19,7 +19,7 @@ from qlower.lang import ast
 from qlower.lang.parser import parse
 from qlower.plugins import builtin_contributions
 from qlower.rewrite.expr import compile_expr
-from qlower.rewrite.functions import EvalError, RangeEncoding
+from qlower.lang.functions import EvalError, RangeEncoding
 
 
 @functools.cache

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from qlower.rewrite.functions import EvalError, Function, _normdim, _shape
+from qlower.lang.functions import EvalError, Function, _normdim, _shape
 
 
 def _normdims(dims: list[int], rank: int) -> list[int]:

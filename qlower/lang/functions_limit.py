@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qlower.rewrite.functions import EvalError, Function, _dtype
+from qlower.lang.functions import EvalError, Function, _dtype
 
 
 def _tile_collapse(shape: list[int], multiples: list[int]) -> list[list[int]]:
