@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from qlower.qnn.shapes import ShapeError, Sig, check_reshape, infer, supported_ops
@@ -220,22 +220,31 @@ def test_expand_squeeze_depth_space_shape():
 
 def test_strided_slice_hand_cases():
     x = arr((5, 6, 7))
-    params = {"ranges": [[1, -1, 2], [0, 0, 1], [-1, 0, -2], [2, 3, 1]], "new_axes_mask": 0b10, "shrink_axes": 0b1000,
+    params = {"ranges": [[1, 4, 2], [0, 0, 1], [5, 0, -2], [2, 3, 1]], "new_axes_mask": 0b10, "shrink_axes": 0b1000,
               "begin_mask": 0, "end_mask": 0}
-    assert one("StridedSlice", [f32(5, 6, 7)], params).shape == x[1:-1:2, None, -1:0:-2, 2].shape
+    assert one("StridedSlice", [f32(5, 6, 7)], params).shape == x[1:4:2, None, 5:0:-2, 2].shape
     masked = {"ranges": [[3, 1, 1], [4, 0, -1]], "begin_mask": 0b01, "end_mask": 0b10}
     assert one("StridedSlice", [f32(5, 6)], masked).shape == arr((5, 6))[:1, 4::-1].shape
+    # end -1 with a negative stride runs through index 0 (MasterOpDef), unlike Python's -1
+    assert one("StridedSlice", [f32(5)], {"ranges": [[4, -1, -1]]}).shape == (5,)
     with pytest.raises(ShapeError, match="has rank 3"):
         infer("StridedSlice", [f32(5, 6, 7)], {"ranges": [[0, 1, 1]]})
-    with pytest.raises(ShapeError, match="shrink_axes picks index 5"):
+    with pytest.raises(ShapeError, match=r"begins at 5, outside \[0, 4\]"):
         infer("StridedSlice", [f32(5)], {"ranges": [[5, 6, 1]], "shrink_axes": 1})
+    with pytest.raises(ShapeError, match="do not wrap"):  # QNN indices do not count from the end
+        infer("StridedSlice", [f32(5)], {"ranges": [[-2, 5, 1]]})
+    with pytest.raises(ShapeError, match=r"ends at 6, outside \[-1, 5\]"):
+        infer("StridedSlice", [f32(5)], {"ranges": [[0, 6, 1]]})
+    with pytest.raises(ShapeError, match="selects nothing"):
+        infer("StridedSlice", [f32(5)], {"ranges": [[3, 3, 1]]})
     with pytest.raises(ShapeError, match="stride"):
         infer("StridedSlice", [f32(5)], {"ranges": [[0, 5, 0]]})
 
 
 @st.composite
 def slice_cases(draw):
-    shape = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4))
+    """Ranges within MasterOpDef's bounds: begin in [0, n-1], end in [-1, n], non-empty."""
+    shape = draw(st.lists(st.integers(1, 6), min_size=1, max_size=4))
     rows, index, masks = [], [], {"begin_mask": 0, "end_mask": 0, "shrink_axes": 0, "new_axes_mask": 0}
     bound = st.integers(-8, 8)
     for size in shape:
@@ -244,18 +253,23 @@ def slice_cases(draw):
             rows.append([draw(bound), draw(bound), 1])
             index.append(None)
         i = len(rows)
-        if size and draw(st.integers(0, 4)) == 4:
-            begin = draw(st.integers(-size, size - 1))
+        if draw(st.integers(0, 4)) == 4:
+            begin = draw(st.integers(0, size - 1))
             masks["shrink_axes"] |= 1 << i
             rows.append([begin, draw(bound), 1])
             index.append(begin)
             continue
-        begin, end, stride = draw(bound), draw(bound), draw(st.integers(-3, 3).filter(bool))
+        stride = draw(st.integers(-3, 3).filter(bool))
         bm, em = draw(st.booleans()), draw(st.booleans())
+        begin = draw(st.integers(0, size - 1))
+        end = draw(st.integers(-1, size))
+        b = (0 if stride > 0 else size - 1) if bm else begin
+        e = (size if stride > 0 else -1) if em else end
+        assume(len(range(b, e, stride)) > 0)
         masks["begin_mask"] |= bm << i
         masks["end_mask"] |= em << i
         rows.append([begin, end, stride])
-        index.append(slice(None if bm else begin, None if em else end, stride))
+        index.append(slice(b, None if e == -1 else e, stride))
     return tuple(shape), np.array(rows, dtype=np.int32), masks, tuple(index)
 
 

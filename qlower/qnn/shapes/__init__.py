@@ -24,7 +24,7 @@ from qlower.qnn.shapes import elementwise, indexing, layout, linalg, reductions,
 from qlower.qnn.shapes.core import Call, Rule, ShapeError, Sig
 from qlower.qnn.shapes.layout import check_reshape
 
-__all__ = ["Sig", "ShapeError", "infer", "check_reshape", "supported_ops"]
+__all__ = ["Sig", "ShapeError", "infer", "check_reshape", "supported_ops", "canonical_name"]
 
 # Spellings some callers use for the QNN type names Argmax/Argmin/Batchnorm.
 _ALIASES = {"ArgMax": "Argmax", "ArgMin": "Argmin", "BatchNorm": "Batchnorm"}
@@ -44,9 +44,14 @@ def supported_ops() -> frozenset[str]:
     return frozenset(_RULES)
 
 
+def canonical_name(op_type: str) -> str:
+    """The QNN type name for the spellings some callers use (ArgMax → Argmax)."""
+    return _ALIASES.get(op_type, op_type)
+
+
 def infer(op_type: str, inputs: Sequence[Sig | None], params: Mapping[str, Any]) -> list[Sig] | None:
     """Output signatures of `op_type` applied to `inputs` with `params`."""
-    name = _ALIASES.get(op_type, op_type)
+    name = canonical_name(op_type)
     rule = _RULES.get(name)
     if rule is None:
         return None

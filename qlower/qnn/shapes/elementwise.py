@@ -12,7 +12,7 @@ _UNARY = (
     "ElementWiseAbs", "ElementWiseAsin", "ElementWiseAtan", "ElementWiseCeil", "ElementWiseCos",
     "ElementWiseExp", "ElementWiseFloor", "ElementWiseLog", "ElementWiseNeg", "ElementWiseRound",
     "ElementWiseRsqrt", "ElementWiseSin", "ElementWiseSign", "ElementWiseSoftplus",
-    "ElementWiseSquareRoot", "ElementWiseNeuron",
+    "ElementWiseSquareRoot",
     "Sigmoid", "Tanh", "Relu", "Relu1", "Relu6", "ReluMinMax", "Gelu", "HardSwish", "Elu", "Logit",
 )
 
@@ -87,6 +87,15 @@ def _keep_dtype(call: Call) -> list[Sig]:
     return same(call)
 
 
+def _neuron(call: Call) -> list[Sig]:
+    """RELU_MIN_MAX (operation 5) has no defaults for its bounds: MasterOpDef says both must be given."""
+    if call.scalar("operation", -1) == 5:
+        missing = [p for p in ("min_value", "max_value") if not call.has(p)]
+        if missing:
+            raise call.fail(f"operation RELU_MIN_MAX needs param {' and '.join(repr(m) for m in missing)}")
+    return same(call)
+
+
 def _dequantize(call: Call) -> list[Sig]:
     """Dequantize produces float (FLOAT_32 by the op definition; some backends
     allow FLOAT_16, which the caller must then state)."""
@@ -97,6 +106,7 @@ RULES: dict[str, Rule] = {
     **{op: _unary for op in _UNARY},
     **{op: _arithmetic for op in _ARITHMETIC},
     **{op: _predicate for op in _PREDICATE},
+    "ElementWiseNeuron": _neuron,
     "ElementWiseNot": _predicate_unary,
     "IsInf": _predicate_unary,
     "IsNan": _predicate_unary,

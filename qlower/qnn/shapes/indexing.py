@@ -16,8 +16,9 @@ def _strided_slice(call: Call) -> list[Sig]:
     new_axes_mask bit set inserts a size-1 dim and consumes none. Masked
     begin/end mean "from the start"/"to the end" in the stride's direction;
     a shrink_axes bit picks the single index `begin` and drops the dim.
-    Otherwise begin/end follow Python slicing (negative counts from the end,
-    out-of-range values clamp), so x[b:e:s] gives the size."""
+    Otherwise begin must lie in [0, n-1] and end in [-1, n] (MasterOpDef: QNN
+    indices do not wrap, end -1 means "past index 0" for a negative stride),
+    and the selection must not be empty."""
     x = call.inp(0)
     ranges = call.ints("ranges")
     if ranges.ndim != 2 or ranges.shape[1] != 3:
@@ -40,16 +41,23 @@ def _strided_slice(call: Call) -> list[Sig]:
             out.append(1)
             continue
         size = x.shape[dim]
-        if _bit(shrink, i):
-            index = begin + size if begin < 0 else begin
-            if not 0 <= index < size:
-                raise call.fail(f"shrink_axes picks index {begin} of dimension {dim}, which has size {size} in in[0] {fmt(x.shape)}")
-        else:
-            if stride == 0:
-                raise call.fail(f"stride of ranges row {i} is 0")
-            start = None if _bit(begin_mask, i) else begin
-            stop = None if _bit(end_mask, i) else end
-            out.append(len(range(*slice(start, stop, stride).indices(size))))
+        if stride == 0:
+            raise call.fail(f"stride of ranges row {i} is 0")
+        if _bit(begin_mask, i):
+            begin = 0 if stride > 0 else size - 1
+        if not 0 <= begin < size:
+            raise call.fail(f"ranges row {i} begins at {begin}, outside [0, {size - 1}] for dimension {dim} "
+                            f"of in[0] {fmt(x.shape)} (QNN indices do not wrap)")
+        if not _bit(shrink, i):
+            if _bit(end_mask, i):
+                end = size if stride > 0 else -1
+            if not -1 <= end <= size:
+                raise call.fail(f"ranges row {i} ends at {end}, outside [-1, {size}] for dimension {dim} "
+                                f"of in[0] {fmt(x.shape)}")
+            count = len(range(begin, end, stride))
+            if count == 0:
+                raise call.fail(f"ranges row {i} = {[begin, end, stride]} selects nothing from dimension {dim}")
+            out.append(count)
         dim += 1
     return [Sig(out, x.dtype)]
 
@@ -67,6 +75,9 @@ def _gather_elements(call: Call) -> list[Sig]:
     call.axis("axis", x.rank, 0)
     if idx.rank != x.rank:
         raise call.fail(f"indices in[1] {fmt(idx.shape)} must have the rank of in[0] {fmt(x.shape)}")
+    axis = call.axis("axis", x.rank, 0)
+    if any(i > d for a, (i, d) in enumerate(zip(idx.shape, x.shape)) if a != axis):
+        raise call.fail(f"indices in[1] {fmt(idx.shape)} must not exceed in[0] {fmt(x.shape)} off axis {axis}")
     return [Sig(idx.shape, x.dtype)]
 
 

@@ -111,6 +111,14 @@ def _pad(call: Call) -> list[Sig]:
     pads = call.ints("pad_amount", shape=(x.rank, 2))
     if (pads < 0).any():
         raise call.fail(f"param 'pad_amount' = {pads.tolist()} must not be negative")
+    scheme = call.scalar("scheme", 0)
+    if scheme in (1, 2):  # MIRROR_SYMMETRIC may repeat the border, MIRROR_REFLECT may not
+        for i, (d, (b, a)) in enumerate(zip(x.shape, pads.tolist())):
+            limit = d if scheme == 1 else d - 1
+            if max(b, a) > limit:
+                raise call.fail(f"param 'pad_amount' row {i} = {[b, a]} exceeds {limit}, the most "
+                                f"{'MIRROR_SYMMETRIC' if scheme == 1 else 'MIRROR_REFLECT'} can pad dimension {i} "
+                                f"of size {d} in in[0] {fmt(x.shape)}")
     return [Sig(tuple(int(d + b + a) for d, (b, a) in zip(x.shape, pads)), x.dtype)]
 
 

@@ -63,6 +63,11 @@ def _masked_softmax(call: Call) -> list[Sig]:
     mask = call.exact_rank(1, 2, "[batch, M]")
     if mask.shape[0] != x.shape[0]:
         raise call.fail(f"mask in[1] {fmt(mask.shape)} must have the batch size {x.shape[0]} of in[0] {fmt(x.shape)}")
+    if call.scalar("mode", 0) == 0 and mask.shape[1] != x.shape[3]:  # UNCOMPRESSED: M = channel
+        raise call.fail(f"mask in[1] {fmt(mask.shape)} must be [batch, channel] = [{x.shape[0]}, {x.shape[3]}] "
+                        f"in mode UNCOMPRESSED")
+    if call.scalar("mode", 0) == 1 and x.shape[2] != x.shape[3]:
+        raise call.fail(f"in[0] {fmt(x.shape)} must have width == channel in mode COMPRESSED")
     return same(call)
 
 

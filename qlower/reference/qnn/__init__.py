@@ -16,6 +16,8 @@ from types import MappingProxyType
 from qlower.reference.qnn import (
     activation, conv, convert, elementwise, index, linalg, norm, pool, reduce, resize, sample, shape, space,
 )
+from qlower.qnn.opdef import OpDefRegistry
+from qlower.qnn.registry import QnnOps
 from qlower.reference.spec import Kernel
 
 _FAMILIES: tuple[Mapping[str, Kernel], ...] = (
@@ -40,4 +42,9 @@ QNN_KERNELS: Mapping[str, Kernel] = _merge(_FAMILIES)
 # Ops whose kernels see stored values and input encodings (keyword `in_specs`).
 RAW_IO_OPS: frozenset[str] = frozenset(convert.RAW_KERNELS)
 
-__all__ = ["QNN_KERNELS", "RAW_IO_OPS"]
+__all__ = ["QNN_KERNELS", "RAW_IO_OPS", "qnn_ops"]
+
+
+def qnn_ops(opdefs: OpDefRegistry | None = None) -> QnnOps:
+    """The QNN op registry with the reference kernels: assembled here because qnn may not import reference."""
+    return QnnOps.build(opdefs, QNN_KERNELS, RAW_IO_OPS)

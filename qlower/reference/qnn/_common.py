@@ -99,12 +99,13 @@ def finish(x: Any, out: OutSpec) -> np.ndarray:
     """Give a result the form the interpreter expects for `out`.
 
     Quantized results stay real (float) so the interpreter can requantize
-    them; others are cast to the declared dtype. A rank-0 result becomes [1]
-    because QNN has no rank-0 tensors. The shape is not checked here: callers
+    them; others are cast to the declared dtype. A rank-0 result stays rank 0
+    (QNN tensors may have rank 0, QnnTypes.h) unless the output is declared
+    [1], the way many graphs write a scalar. The shape is not checked here: callers
     (the interpreter) compare it with the declared one, which may be None.
     """
     arr = np.asarray(x)
-    if arr.ndim == 0 and (out.shape is None or tuple(out.shape) == (1,)):
+    if arr.ndim == 0 and out.shape is not None and tuple(out.shape) == (1,):
         arr = arr.reshape(1)
     if out.encoding is not None:
         return arr if is_float(arr) else arr.astype(np.float64)

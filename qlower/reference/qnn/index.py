@@ -42,7 +42,12 @@ def gather_elements(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarr
     idx = _indices(inputs[1], "in[1]", x.shape[axis], wrap=True)
     if idx.ndim != x.ndim:
         raise KernelError(f"GatherElements indices rank {idx.ndim} differs from data rank {x.ndim}")
-    return [finish(np.take_along_axis(x, idx, axis=axis), outs[0])]
+    if any(i > d for a, (i, d) in enumerate(zip(idx.shape, x.shape)) if a != axis):
+        raise KernelError(f"GatherElements indices {list(idx.shape)} exceed data {list(x.shape)} off the axis")
+    # out[i][j][k] = in[i][j][idx[i][j][k]] (axis 2): the output has the shape of the indices
+    # (MasterOpDef), so the data is cut to the indices' extent off the axis, never broadcast.
+    view = x[tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(idx.shape))]
+    return [finish(np.take_along_axis(view, idx, axis=axis), outs[0])]
 
 
 def _nd_positions(x_shape: tuple[int, ...], idx: np.ndarray, batch_dims: int) -> tuple[np.ndarray, ...]:

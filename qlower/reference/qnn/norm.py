@@ -57,7 +57,7 @@ def group_norm(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
     c = x.shape[-1]
     if groups < 1 or c % groups:
         raise KernelError(f"GroupNorm: {c} channels not divisible into {groups} groups")
-    g = x.reshape(x.shape[0], -1, groups, c // groups)
+    g = x.reshape(x.shape[0] if x.ndim > 1 else 1, -1, groups, c // groups)  # rank 1 is [channel]
     mu = g.mean(axis=(1, 3), keepdims=True)
     var = np.square(g - mu).mean(axis=(1, 3), keepdims=True)
     y = ((g - mu) / np.sqrt(var + eps)).reshape(x.shape)

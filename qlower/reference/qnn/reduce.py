@@ -1,7 +1,7 @@
 """Reductions: Reduce{Max,Min,Mean,Sum,Prod,SumSquare} and Moments.
 
 Without keep_dims the reduced axes disappear; reducing every axis would give
-rank 0, which QNN writes as [1] (the `finish` helper does that reshape).
+rank 0, which QNN's Reduce* ops write as [1] (MasterOpDef: K = max(1, N - M)).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def _reduce_kernel(op: str) -> Kernel:
     def kernel(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
         x = need(inputs[0], "in[0]")
         axes = reduce_axes(params, x.ndim)
-        y = fn(x.astype(compute_dtype(x)), axis=axes, keepdims=p_bool(params, "keep_dims", False))
-        return [finish(y, outs[0])]
+        y = np.asarray(fn(x.astype(compute_dtype(x)), axis=axes, keepdims=p_bool(params, "keep_dims", False)))
+        return [finish(y.reshape(1) if y.ndim == 0 else y, outs[0])]
     kernel.__name__ = op
     return kernel
 

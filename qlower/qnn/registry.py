@@ -1,0 +1,102 @@
+"""One entry per QNN op: its definition, constraints, shape rule and reference kernel.
+
+Four tables describe a QNN op, each keyed by the op's type name: the OpDef XML
+(``OpDefRegistry``), the constraints files (held by the same registry), the
+shape rules (``qnn.shapes``) and the numpy reference kernels
+(``reference.qnn``). `QnnOps` joins them so a caller asks one place, and so a
+test can list what is missing.
+
+Layering: this module is in ``qnn`` and must not import ``reference`` (a higher
+layer). Kernels therefore come in as a plain name → kernel table passed to
+`QnnOps.build`; ``qlower.reference.qnn.qnn_ops()`` is where the full registry,
+kernels included, is assembled. A `QnnOps` built here without kernels answers
+``kernel=None`` for every op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from qlower.qnn import shapes
+from qlower.qnn.constraints import Check
+from qlower.qnn.opdef import QNN_PACKAGE, OpDef, OpDefRegistry
+from qlower.qnn.shapes import ShapeError, Sig
+
+__all__ = ["OpEntry", "QnnOps", "ShapeFn", "ShapeError", "Sig"]
+
+# shape_fn(inputs, params) -> one Sig per output, or None when QNN leaves the shape to the output tensor
+ShapeFn = Callable[[Sequence[Sig | None], Mapping[str, Any]], "list[Sig] | None"]
+
+
+@attrs.frozen
+class OpEntry:
+    """Everything qlower knows about one QNN op; a None field is a gap the coverage test lists."""
+
+    name: str
+    definition: OpDef | None
+    shape_fn: ShapeFn | None
+    kernel: Callable[..., Any] | None
+    raw_io: bool = False  # the kernel sees stored values and takes `in_specs` (Quantize, Cast, ...)
+    opdefs: OpDefRegistry | None = attrs.field(default=None, eq=False, repr=False)
+
+    def checks(self, backend: str) -> tuple[Check, ...]:
+        """The structured constraints of this op on `backend` (master ones included)."""
+        if self.opdefs is None or self.definition is None:
+            return ()
+        return self.opdefs.checks(self.name, backend, self.definition.package)
+
+    def infer(self, inputs: Sequence[Sig | None], params: Mapping[str, Any]) -> list[Sig] | None:
+        """Output signatures, None when there is no shape rule or it leaves the shape open."""
+        return None if self.shape_fn is None else self.shape_fn(inputs, params)
+
+
+def _shape_fn(name: str) -> ShapeFn:
+    def infer(inputs: Sequence[Sig | None], params: Mapping[str, Any]) -> list[Sig] | None:
+        return shapes.infer(name, inputs, params)
+    infer.__name__ = f"infer_{name}"
+    return infer
+
+
+@attrs.frozen
+class QnnOps:
+    """The QNN op registry: `get(name)` gives the op's `OpEntry`, `names()` every op known to any table."""
+
+    entries: Mapping[str, OpEntry] = attrs.field(converter=lambda m: MappingProxyType(dict(sorted(m.items()))),
+                                                 hash=False)
+    opdefs: OpDefRegistry = attrs.field(hash=False, repr=False)
+
+    @classmethod
+    def build(cls, opdefs: OpDefRegistry | None = None, kernels: Mapping[str, Callable[..., Any]] | None = None,
+              raw_io: frozenset[str] = frozenset()) -> QnnOps:
+        """Join the OpDefs of the QNN package, the shape rules and `kernels` (by op type name)."""
+        opdefs = opdefs if opdefs is not None else OpDefRegistry.load()
+        kernels = kernels or {}
+        rules = shapes.supported_ops()
+        names = set(opdefs.names(QNN_PACKAGE)) | set(rules) | set(kernels)
+        return cls({n: OpEntry(n, opdefs.op(n, QNN_PACKAGE), _shape_fn(n) if n in rules else None,
+                               kernels.get(n), n in raw_io, opdefs) for n in names}, opdefs)
+
+    def get(self, name: str) -> OpEntry | None:
+        """The entry of a QNN op type (no package prefix); spellings `ArgMax`/`BatchNorm` accepted."""
+        return self.entries.get(shapes.canonical_name(name))
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.entries)
+
+    def defined(self) -> tuple[str, ...]:
+        """Ops with an OpDef: the QNN op set proper."""
+        return tuple(n for n, e in self.entries.items() if e.definition is not None)
+
+    def missing_shape_fn(self) -> tuple[str, ...]:
+        return tuple(n for n, e in self.entries.items() if e.definition is not None and e.shape_fn is None)
+
+    def missing_kernel(self) -> tuple[str, ...]:
+        return tuple(n for n, e in self.entries.items() if e.definition is not None and e.kernel is None)
+
+    def undefined(self) -> tuple[str, ...]:
+        """Shape rules or kernels for names no OpDef defines (typos, or ops the XML lacks)."""
+        return tuple(n for n, e in self.entries.items() if e.definition is None)
