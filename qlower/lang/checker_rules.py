@@ -106,6 +106,15 @@ class RuleChecker(PatternChecker):
                 for p in item.params:
                     self.typer.infer(p.expr)
             ctx.check_props(item.props, self.typer)
+            fresh = [n for n in item.binders.names if n != "_" and n not in self.results]
+            if item.props and (len(fresh) > 1 or item.binders.rest):
+                # props type the new results (root results keep their types): with two or more they would
+                # type all alike, e.g. TopK's values as its int indices
+                ctx.report(error(f"`: shape/dtype/encoding` would apply to every new result of this op "
+                                 f"({', '.join(fresh) or '...'}); give them where one new result is bound",
+                                 span=item.props[0].span or item.span,
+                                 hint="let shape inference type the results, or emit a Cast of the one result",
+                                 code="props-on-many-results"))
         elif isinstance(item, ast.EmitAlias):
             src = ast.Name(item.source, span=self._at(item.span, item.source, after="="))
             self._value_arg(src)

@@ -41,3 +41,11 @@ def test_an_integer_literal_too_large_is_a_syntax_error_not_a_crash(tmp_path, ca
     assert main(["check", str(path)]) == 1
     err = capsys.readouterr().err
     assert "integer literal is too large" in err and "internal error" not in err
+
+
+def test_value_props_on_an_op_with_several_new_results_are_refused(tmp_path):
+    """They would type every new result alike: the ONNX TopK rule once typed its values as int32."""
+    text = ("op m.T(x) -> y { k: int }\nrule r {\n  match y = m.T(x) { k: k }\n  emit {\n"
+            "    v, i = qnn.TopK(x) { k: k } : dtype i32\n    y = qnn.Cast(i)\n  }\n}\n")
+    (d,) = _findings(tmp_path, text)
+    assert d.code == "props-on-many-results" and (d.span.line, d.span.column) == (5, 35)
