@@ -222,14 +222,19 @@ class Workspace:
             return f"test `{word}` of rule `{t.rule_name}` at {t.span}", span
         return None
 
-    def definition(self, path: Path, line: int, char: int) -> list[Location]:
+    def _cursor(self, path: Path, line: int, char: int):
+        """The document, the word under the cursor, the modules in view and a locator; None off a word."""
         doc = self._doc(path)
         found = _word_at(doc.text, line, char)
         if found is None:
+            return None
+        return doc, found[0], self._modules(doc), self._locator(doc)
+
+    def definition(self, path: Path, line: int, char: int) -> list[Location]:
+        at = self._cursor(path, line, char)
+        if at is None:
             return []
-        word, _ = found
-        mods = self._modules(doc)
-        locate = self._locator(doc)
+        doc, word, mods, locate = at
         imp = self._import_at(doc, line)
         if imp is not None:
             return self._import_targets(doc, imp)
@@ -256,13 +261,10 @@ class Workspace:
         return []
 
     def references(self, path: Path, line: int, char: int, include_declaration: bool = True) -> list[Location]:
-        doc = self._doc(path)
-        found = _word_at(doc.text, line, char)
-        if found is None:
+        at = self._cursor(path, line, char)
+        if at is None:
             return []
-        word, _ = found
-        mods = self._modules(doc)
-        locate = self._locator(doc)
+        doc, word, mods, locate = at
         out: list[Location] = []
         rules = _rules(mods)
         if word in rules:
