@@ -232,6 +232,8 @@ class GraphBuilder:
             inputs = self._per_channel_group_params(name, inputs, int(attrs.get("num_groups", 1)))
         if op == "Concat" and "axis" not in attrs:
             attrs["axis"] = 1  # Concat-1's default
+        if op == "DFT" and self.opset < 20 and "axis" not in attrs:
+            attrs["axis"] = 1  # DFT-17's default (an input from opset 20, defaulting to -2)
         return [Spec(op, inputs, outputs, self._keep_known(op, attrs), name)]
 
     def _keep_known(self, op: str, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -69,6 +69,8 @@ PARAM_INPUTS: Mapping[str, tuple[ParamInput, ...]] = MappingProxyType({
     "CumSum": (_p(1, "axis", "int", 1),),
     "Resize": (_p(1, "roi", "floats", 11), _p(2, "scales", "floats", 10), _p(3, "sizes", "ints", 11)),
     "STFT": (_p(1, "frame_step", "int", 1), _p(3, "frame_length", "int", 1)),
+    "CumProd": (_p(1, "axis", "int", 26),),
+    "DFT": (_p(1, "dft_length", "int", 17), _p(2, "axis", "int", 20)),
 })
 
 _ONNX_FLOAT = {"float16", "float32", "float64", "bfloat16"}
