@@ -202,6 +202,42 @@ def _dft_basis(n: int, bins: int) -> list[np.ndarray]:
     return [np.cos(angle).astype(np.float32), (-np.sin(angle)).astype(np.float32)]
 
 
+def _dft_matrix(n_in: int, c_in: int, length: int, inverse: bool, onesided: bool) -> np.ndarray:
+    """ONNX DFT along one axis as one real matrix [n_in·c_in, bins·c_out] (rows and columns interleave
+    the real and imaginary parts): the input is truncated or zero-padded to `length`; forward gives
+    `length` bins (length // 2 + 1 onesided), inverse is scaled by 1/length, and inverse onesided is
+    numpy's irfft (a real output of `length` samples from the first length // 2 + 1 bins)."""
+    if n_in < 1 or c_in not in (1, 2) or length < 1:
+        raise EvalError(f"no DFT matrix for n={n_in}, complex parts {c_in}, length {length}")
+    real_out = inverse and onesided
+    bins = length // 2 + 1 if onesided and not inverse else length
+    c_out = 1 if real_out else 2
+    used = min(n_in, length // 2 + 1 if real_out else length)
+    j = np.arange(used)[:, None].astype(np.float64)
+    k = np.arange(bins)[None, :].astype(np.float64)
+    angle = 2.0 * np.pi * j * k / length
+    cos, sin = np.cos(angle), np.sin(angle)
+    m = np.zeros((n_in, c_in, bins, c_out))
+    if not inverse:  # (xr + i·xi)(cos − i·sin)
+        m[:used, 0, :, 0], m[:used, 0, :, 1] = cos, -sin
+        if c_in == 2:
+            m[:used, 1, :, 0], m[:used, 1, :, 1] = sin, cos
+    else:  # (Xr + i·Xi)(cos + i·sin) / length
+        w = np.ones((used, 1))
+        if real_out:  # Hermitian: every bin but 0 and length/2 stands for itself and its mirror
+            w[1:] = 2.0
+            if length % 2 == 0 and used > length // 2:
+                w[length // 2] = 1.0
+        m[:used, 0, :, 0] = w * cos / length
+        if not real_out:
+            m[:used, 0, :, 1] = sin / length
+        if c_in == 2:
+            m[:used, 1, :, 0] = -w * sin / length
+            if not real_out:
+                m[:used, 1, :, 1] = cos / length
+    return m.reshape(n_in * c_in, bins * c_out).astype(np.float32)
+
+
 def _band_mask(rows: int, cols: int, lo: int, hi: int, dt: str) -> np.ndarray:
     """[rows, cols] mask: 1 (true) where lo <= j - i <= hi, else 0 — triangles, causal and window masks."""
     if rows < 0 or cols < 0:
@@ -268,6 +304,8 @@ SHAPE_FUNCTIONS: tuple[Function, ...] = (
              doc="[frames, length] positions of frames taken every `step` elements"),
     Function("dft_basis", ("int", "int"), "list[tensor]", _dft_basis,
              doc="[cos, -sin] DFT matrices [n, bins] for a real signal of n samples"),
+    Function("dft_matrix", ("int", "int", "int", "bool", "bool"), "tensor", _dft_matrix,
+             doc="ONNX DFT along an axis as one [n·parts, bins·parts_out] matrix (inverse, onesided, length)"),
     Function("einsum_matmul", ("str",), "list[bool]", _einsum_matmul,
              doc="[transpose_a, transpose_b] of an einsum equation that is a batched matrix product"),
     Function("broadcast_multiples", ("list[int]", "list[int]"), "list[int]", _broadcast_multiples,
