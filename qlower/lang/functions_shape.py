@@ -183,6 +183,11 @@ def _item(t: Any) -> Any:
     return arr.reshape(-1)[0].item()
 
 
+def _values(t: Any) -> list:
+    """Static data as a flat list of numbers (guards over every element, e.g. all lengths equal)."""
+    return np.asarray(t).reshape(-1).tolist()
+
+
 def _sqrt(x: Any) -> Any:
     return np.sqrt(np.asarray(x, dtype=np.float64) if not isinstance(x, np.ndarray) else x)
 
@@ -294,6 +299,7 @@ SHAPE_FUNCTIONS: tuple[Function, ...] = (
     Function("dim_sizes", ("list[value]", "int"), "list[int]", _dim_sizes, doc="each value's size along a dim"),
     Function("sqrt", ("tensor",), "tensor", _sqrt, doc="elementwise square root of static data"),
     Function("item", ("tensor",), "number", _item, doc="the one element of static data, as a number"),
+    Function("values", ("tensor",), "list[number]", _values, doc="the elements of static data as a flat list"),
     Function("ratios", ("list[number]", "list[number]"), "list[float]", _ratios, doc="b[i] / a[i] for each i"),
     Function("pick", ("list[any]", "list[int]"), "list[any]", _pick, doc="the items at the given indices"),
     Function("columns", ("list[list[any]]", "int", "int"), "list[any]", _columns, optional=1,
