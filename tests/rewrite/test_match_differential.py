@@ -200,6 +200,7 @@ def test_commutative_rule_on_an_op_without_its_optional_second_operand():
     x = g.add_value("x", "float32", (2, 3))
     y = g.add_value("y", "float32", (2, 3))
     g.add_op("root", "m.C", [x], [y])
+    g.set_io([x], [y])
     for fast in (True, False):
         trace = MatchTrace()
         assert _compiled(text, fast).match(g.op("root"), trace) is None
