@@ -139,9 +139,8 @@ def _finish(steps, env: Env) -> Env | None:
                 if not ok:
                     for a in added:
                         del env[a]
-                    lis = env.get(LISTEN)
-                    if lis is not None:
-                        lis.failed("the guard is false", span, env, "guard")
+                    if LISTEN in env:
+                        env[LISTEN].failed("the guard is false", span, env, "guard")
                     return None
             elif kind == "let":
                 name, fn = payload
@@ -188,11 +187,13 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
                 continue
             for r in op.results:
                 if r.is_output:
-                    _used_outside(env, op, r, "a graph output", root.span)
+                    if LISTEN in env:
+                        _used_outside(env, op, r, "a graph output", root.span)
                     return False
                 for user, _ in r.users:
                     if id(user) not in inside:
-                        _used_outside(env, op, r, f"node {user.name}", root.span)
+                        if LISTEN in env:
+                            _used_outside(env, op, r, f"node {user.name}", root.span)
                         return False
         return True
 
@@ -222,10 +223,8 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
 
 
 def _used_outside(env: Env, op: Op, r: Any, user: str, span: Span | None) -> None:
-    lis = env.get(LISTEN)
-    if lis is not None:
-        lis.failed(f"{r.name}, the result of the interior node {op.name}, is used outside the pattern by {user} "
-                   f"(mark the pattern `shared` to allow that)", span, env, "uses")
+    env[LISTEN].failed(f"{r.name}, the result of the interior node {op.name}, is used outside the pattern by {user} "
+                       f"(mark the pattern `shared` to allow that)", span, env, "uses")
 
 
 def rule_kind(rule: ast.Rule, target: str = "qnn") -> str:

@@ -91,11 +91,10 @@ class MatchTrace:
         return best
 
 
-def _tell(env: Env, message: Callable[[], str], span: Span | None, stage: str = "pattern") -> None:
-    """Report a failure to the listener, if one listens (the message is built only then)."""
-    lis = env.get(LISTEN)
-    if lis is not None:
-        lis.failed(message(), span, env, stage)
+def _tell(env: Env, message: str, span: Span | None, stage: str = "pattern") -> None:
+    """Report a failure to the listener; callers test `LISTEN in env` first, so that a match
+    nobody listens to does not even build the message."""
+    env[LISTEN].failed(message, span, env, stage)
 
 
 def _types(pat: ast.OpPattern) -> str:
@@ -136,17 +135,20 @@ class PatternCompiler:
 
         def check(v: Value, env: Env) -> list[str] | None:
             if const and v.data is None:
-                _tell(env, lambda: f"{v.name} must be a constant", where)
+                if LISTEN in env:
+                    _tell(env, f"{v.name} must be a constant", where)
                 return None
             if dtypes is not None and v.dtype.name not in dtypes:
-                _tell(env, lambda: f"{v.name} is {v.dtype.name}, the pattern wants {vt.dtype}", where)
+                if LISTEN in env:
+                    _tell(env, f"{v.name} is {v.dtype.name}, the pattern wants {vt.dtype}", where)
                 return None
             if dims is None:
                 return []
             added = _match_dims(dims, v.shape, env)
             if added is None:
-                _tell(env, lambda: f"{v.name} has shape {_shape_text(v.shape)}, which does not fit the pattern "
-                                   f"{_dims_text(dims)}" + _dim_bindings(dims, env), where)
+                if LISTEN in env:
+                    _tell(env, f"{v.name} has shape {_shape_text(v.shape)}, which does not fit the pattern "
+                               f"{_dims_text(dims)}" + _dim_bindings(dims, env), where)
             return added
 
         return check
@@ -164,7 +166,8 @@ class PatternCompiler:
 
             def wild(v, env, k):
                 if v is None:
-                    _tell(env, lambda: "the operand is absent", span)
+                    if LISTEN in env:
+                        _tell(env, "the operand is absent", span)
                     return None
                 added = check(v, env)
                 if added is None:
@@ -201,10 +204,12 @@ class PatternCompiler:
         def cap(v, env, k):
             if v is None:
                 if not optional:
-                    _tell(env, lambda: f"operand `{name}` is absent", span)
+                    if LISTEN in env:
+                        _tell(env, f"operand `{name}` is absent", span)
                     return None
                 if env.get(name, _MISSING) is not _MISSING:
-                    _tell(env, lambda: f"optional operand `{name}` is absent, but `{name}` is already bound", span)
+                    if LISTEN in env:
+                        _tell(env, f"optional operand `{name}` is absent, but `{name}` is already bound", span)
                     return None
                 env[name] = None  # `b?` with no such operand: bound to none
                 r = k(env)
@@ -214,7 +219,8 @@ class PatternCompiler:
             cur = env.get(name, _MISSING)
             if cur is not _MISSING:
                 if cur is not v:
-                    _tell(env, lambda: f"`{name}` is already {_name(cur)}, here it would be {v.name}", span)
+                    if LISTEN in env:
+                        _tell(env, f"`{name}` is already {_name(cur)}, here it would be {v.name}", span)
                     return None
                 return then(v, env, k) if then is not None else k(env)
             added = () if check is None else check(v, env)
@@ -237,12 +243,14 @@ class PatternCompiler:
 
         def nest(v, env, k):
             if v is None:
-                _tell(env, lambda: f"expected an op of type {_types(pat)}, but the operand is absent", span)
+                if LISTEN in env:
+                    _tell(env, f"expected an op of type {_types(pat)}, but the operand is absent", span)
                 return None
             op = v.producer
             if op is None:
-                _tell(env, lambda: f"expected an op of type {_types(pat)}, but {v.name} has no producer "
-                                   f"(a graph input or constant)", span)
+                if LISTEN in env:
+                    _tell(env, f"expected an op of type {_types(pat)}, but {v.name} has no producer "
+                               f"(a graph input or constant)", span)
                 return None
             return body(op, env, k)
         return nest
@@ -258,7 +266,8 @@ class PatternCompiler:
 
         def body(op: Op, env: Env, k: K):
             if op.type not in types:
-                _tell(env, lambda: f"node {op.name} is {op.type}, not {_types(pat)}", span)
+                if LISTEN in env:
+                    _tell(env, f"node {op.name} is {op.type}, not {_types(pat)}", span)
                 return None
             added = attrs(op, env) if attrs is not None else ()
             if added is None:
@@ -306,9 +315,9 @@ class PatternCompiler:
                     if not _same_literal(got, value):
                         for x in added:
                             del env[x]
-                        _tell(env, lambda: f"attribute {name} of {op.name} is "
-                                           f"{'absent' if got is None else repr(got)}, the pattern wants {value!r}",
-                              span)
+                        if LISTEN in env:
+                            _tell(env, f"attribute {name} of {op.name} is "
+                                       f"{'absent' if got is None else repr(got)}, the pattern wants {value!r}", span)
                         return None
                 else:
                     if isinstance(got, np.ndarray):  # a QNN op's tensor param (a cleanup rule's match)
@@ -320,8 +329,9 @@ class PatternCompiler:
                     elif cur != got:
                         for x in added:
                             del env[x]
-                        _tell(env, lambda: f"attribute {name} of {op.name} is {got!r}, but `{value}` is already "
-                                           f"{cur!r}", span)
+                        if LISTEN in env:
+                            _tell(env, f"attribute {name} of {op.name} is {got!r}, but `{value}` is already "
+                                       f"{cur!r}", span)
                         return None
             return added
         return attrs
@@ -353,10 +363,12 @@ class PatternCompiler:
             while m > n and ops[m - 1] is None:
                 m -= 1
             if rest is None and m > n:
-                _tell(env, lambda: f"{op.name} has {m} operands, the pattern {n}", span)
+                if LISTEN in env:
+                    _tell(env, f"{op.name} has {m} operands, the pattern {n}", span)
                 return None
             if rest is not None and m < n:
-                _tell(env, lambda: f"{op.name} has {m} operands, the pattern needs at least {n}", span)
+                if LISTEN in env:
+                    _tell(env, f"{op.name} has {m} operands, the pattern needs at least {n}", span)
                 return None
             ops = ops[:m] if m < len(ops) else ops
             r = run(ops, 0, env, k)
@@ -409,7 +421,8 @@ def _result_binder(binders: tuple[str, ...], rest: bool, span: Span | None = Non
             if cur is not _MISSING:
                 if cur == op.results:
                     return ()
-                _tell(env, lambda: f"`{name}` is already bound to other values than the results of {op.name}", span)
+                if LISTEN in env:
+                    _tell(env, f"`{name}` is already bound to other values than the results of {op.name}", span)
                 return None
             env[name] = list(op.results)
             return (name,)
@@ -417,7 +430,8 @@ def _result_binder(binders: tuple[str, ...], rest: bool, span: Span | None = Non
 
     def bind(op: Op, env: Env):
         if len(op.results) != len(binders):
-            _tell(env, lambda: f"{op.name} has {len(op.results)} result(s), the pattern binds {len(binders)}", span)
+            if LISTEN in env:
+                _tell(env, f"{op.name} has {len(op.results)} result(s), the pattern binds {len(binders)}", span)
             return None
         added = []
         for name, r in zip(binders, op.results):
@@ -430,7 +444,8 @@ def _result_binder(binders: tuple[str, ...], rest: bool, span: Span | None = Non
             elif cur is not r:
                 for a in added:
                     del env[a]
-                _tell(env, lambda: f"`{name}` is already {_name(cur)}, here it would be {r.name}", span)
+                if LISTEN in env:
+                    _tell(env, f"`{name}` is already {_name(cur)}, here it would be {r.name}", span)
                 return None
         return added
     return bind
@@ -535,7 +550,8 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
                 if optional[i]:
                     env[name] = None
                     continue
-                _tell(env, lambda: f"operand `{name}` is absent", where)
+                if LISTEN in env:
+                    _tell(env, f"operand `{name}` is absent", where)
                 return None
             if check is not None and check(v, env) is None:
                 return None
@@ -544,7 +560,8 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
             return None
         if nres:
             if len(op.results) != nres:
-                _tell(env, lambda: f"{op.name} has {len(op.results)} result(s), the pattern binds {nres}", span)
+                if LISTEN in env:
+                    _tell(env, f"{op.name} has {len(op.results)} result(s), the pattern binds {nres}", span)
                 return None
             for name, r in zip(results, op.results):
                 if name != "_":
