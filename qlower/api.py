@@ -49,7 +49,8 @@ class Rules:
         got = self._engines.get(backend)
         if got is None:
             got = self._engines[backend] = Engine(self.ruleset.rules, self.ruleset.ops, registry=self.registry,
-                                                  backend=backend, functions=self.functions)
+                                                  backend=backend, functions=self.functions,
+                                                  target=self.registry.dialect)
         return got
 
 

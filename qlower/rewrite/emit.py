@@ -112,6 +112,8 @@ class EmitProgram:
     def __init__(self, rule: CompiledRule, registry, functions: FunctionTable, bound: set[str]) -> None:
         self.rule = rule
         self.registry = registry
+        self.prefix = rule.target + "."  # the target dialect's ops (`qnn.`) are checked against `registry`
+        cut = len(self.prefix)
         root = rule.rule.matches[0]
         self.root_results = tuple(n for n in root.binders.names if n != "_")
         self.root_rest = root.binders.rest
@@ -124,8 +126,8 @@ class EmitProgram:
                 params = []
                 for p in item.params:
                     pdef = None
-                    if item.op.startswith("qnn.") and registry is not None:
-                        pdef = registry.param(item.op[4:], p.name)
+                    if item.op.startswith(self.prefix) and registry is not None:
+                        pdef = registry.param(item.op[cut:], p.name)
                         if pdef is None:
                             raise ValueError(f"unknown param {p.name} for {item.op}")
                     params.append((p.name, compile_expr(p.expr, bound, functions), pdef, p.span))
@@ -160,12 +162,12 @@ class EmitProgram:
         return item, tuple(name for _, name, _, _ in args), params
 
     def supported(self, op_type: str, backend: str | None) -> bool:
-        if backend is None or self.registry is None or not op_type.startswith("qnn."):
+        if backend is None or self.registry is None or not op_type.startswith(self.prefix):
             return True
         key = (op_type, backend)
         ok = self._support.get(key)
         if ok is None:
-            ok = self._support[key] = self.registry.supported(op_type[4:], backend)
+            ok = self._support[key] = self.registry.supported(op_type[len(self.prefix):], backend)
         return ok
 
     # ----------------------------------------------------------------- plan
@@ -206,7 +208,8 @@ class EmitProgram:
         if ok is None:
             ok = self.supported(op_type, backend)
         if not ok:
-            raise EmitFailure(f"{op_type[4:]} is not supported on {backend.upper()}", item.span, soft=True)
+            raise EmitFailure(f"{op_type[len(self.prefix):]} is not supported on {backend.upper()}", item.span,
+                              soft=True)
         try:
             operands = [env[n] for n in names]
         except KeyError as exc:
@@ -258,9 +261,10 @@ class EmitProgram:
     def _plan_op(self, plan: Plan, env: Env, item: ast.EmitOp, args, params, props, backend,
                  rebound: set[int], produced: set[int]) -> None:
         op_type = item.op
-        is_qnn = op_type.startswith("qnn.")
+        is_qnn = op_type.startswith(self.prefix)
         if is_qnn and not self.supported(op_type, backend):
-            raise EmitFailure(f"{op_type[4:]} is not supported on {backend.upper()}", item.span, soft=True)
+            raise EmitFailure(f"{op_type[len(self.prefix):]} is not supported on {backend.upper()}", item.span,
+                              soft=True)
         operands: list[Any] = []
         for kind, name, fn, span in args:
             if kind == "value" and name in self.optional and env.get(name) is None:
@@ -301,7 +305,7 @@ class EmitProgram:
             from qlower.qnn.shapes import ShapeError, infer
 
             try:
-                sigs = infer(op_type[4:], [_sig_of(o) for o in operands], attrs)
+                sigs = infer(op_type[len(self.prefix):], [_sig_of(o) for o in operands], attrs)
             except ShapeError as exc:
                 raise EmitFailure(f"{op_type}: {exc}", item.span) from None
         if item.binders.rest and self.root_rest and names[0] == self.root_results[0]:
