@@ -18,6 +18,7 @@ from qlower.graph.quantize import quantize_real  # the one quantizer (shared wit
 from qlower.graph.types import Quant, canonical_dtype
 from qlower.lang import ast
 from qlower.qnn.params import ParamError, coerce_param
+from qlower.qnn.registry import QnnOps, ShapeError, Sig
 from qlower.rewrite.compile import CompiledRule
 from qlower.rewrite.expr import compile_expr
 from qlower.lang.functions import EvalError, FunctionTable, RangeEncoding
@@ -76,8 +77,6 @@ class Plan:
 
 
 def _sig_of(v: Any):
-    from qlower.qnn.shapes import Sig
-
     if v is None:
         return None
     if v.shape is None:
@@ -109,9 +108,14 @@ def resolve_encoding(enc: Any, dtype: np.dtype) -> Quant | None:
 class EmitProgram:
     """The compiled emit block of one rule."""
 
-    def __init__(self, rule: CompiledRule, registry, functions: FunctionTable, bound: set[str]) -> None:
+    def __init__(self, rule: CompiledRule, registry: QnnOps | Any, functions: FunctionTable, bound: set[str]) -> None:
+        """`registry`: the target's op registry (`QnnOps`: definitions, constraints, shape functions);
+        a bare `OpDefRegistry` is accepted and joined here (slower: once per rule)."""
         self.rule = rule
-        self.registry = registry
+        if registry is not None and not isinstance(registry, QnnOps):
+            registry = QnnOps.build(registry)
+        self.ops: QnnOps | None = registry
+        registry = self.registry = registry.opdefs if registry is not None else None  # params, backend support
         self.prefix = rule.target + "."  # the target dialect's ops (`qnn.`) are checked against `registry`
         cut = len(self.prefix)
         root = rule.rule.matches[0]
@@ -301,11 +305,10 @@ class EmitProgram:
         results: list[Any] = []
         sigs = None
         needs_sig = item.binders.rest or any(n not in self.root_results for n in names)
-        if needs_sig and is_qnn:
-            from qlower.qnn.shapes import ShapeError, infer
-
+        entry = self.ops.get(op_type[len(self.prefix):]) if needs_sig and is_qnn and self.ops is not None else None
+        if entry is not None:
             try:
-                sigs = infer(op_type[len(self.prefix):], [_sig_of(o) for o in operands], attrs)
+                sigs = entry.infer([_sig_of(o) for o in operands], attrs)
             except ShapeError as exc:
                 raise EmitFailure(f"{op_type}: {exc}", item.span) from None
         if item.binders.rest and self.root_rest and names[0] == self.root_results[0]:
