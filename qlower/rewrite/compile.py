@@ -170,9 +170,9 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
     def finish(env: Env):
         return _finish(steps, env)
 
-    fast = simple_root(pc, root.pattern, root.binders.names, root.binders.rest, finish if steps else None) \
+    straight = simple_root(pc, root.pattern, root.binders.names, root.binders.rest, finish if steps else None) \
         if fast and len(matches) == 1 else None
-    root_body = None if fast is not None else pc.op_body(root.pattern, root.binders.names, root.binders.rest)
+    root_body = None if straight is not None else pc.op_body(root.pattern, root.binders.names, root.binders.rest)
     dag = []
     for m in matches[1:]:
         first = m.binders.names[0] if m.binders.names else None
@@ -206,8 +206,8 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
             return None
         return finish(env)
 
-    if fast is not None:
-        match = fast
+    if straight is not None:
+        match = straight
     else:
         def match(op: Op, listener: MatchTrace | None = None) -> Env | None:
             if listener is None:

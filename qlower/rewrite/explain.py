@@ -34,10 +34,12 @@ def _shown(v: Any) -> str:
 
 
 def _trace(f: MatchFailure, others: list[MatchFailure]) -> str:
+    """The attempt that got furthest (what it matched and bound, where it stops), then the others."""
     lines = [f"ok: node {o.name} is {o.type}" for o in f.ops]
     lines += [f"ok: `{k}` = {_shown(v)}" for k, v in f.bindings.items()]
-    lines += [f"also tried: {o.message}{_at(o.span)}" for o in others]
-    return "".join(f"\n    {line}" for line in lines) + f"\n    stops: {f.message}{_at(f.span)}"
+    lines.append(f"stops: {f.message}{_at(f.span)}")
+    lines += [f"other attempt: {o.message}{_at(o.span)}" for o in others]
+    return "".join(f"\n    {line}" for line in lines)
 
 
 def explain_rule(rule: ast.Rule, engine: Any, op: Op, backend: str | None) -> str:

@@ -381,6 +381,7 @@ class PatternCompiler:
 def _alternatives_traced(options: list[ValueMatcher], v, env: Env, k: K, lis: MatchTrace, span: Span | None):
     """`(A | B)` while a listener listens: options that fail on their own are reported as one failure."""
     local: list[MatchFailure] = []
+    any_reached = False
     for o in options:
         reached = False
 
@@ -394,9 +395,11 @@ def _alternatives_traced(options: list[ValueMatcher], v, env: Env, k: K, lis: Ma
             return r
         if not reached:  # the option itself failed (not something after it): fold its reasons in
             local.extend(lis.take(start))
+        any_reached = any_reached or reached
     if local:
         deepest = max(local, key=lambda f: f.progress)
-        message = "no alternative matches: " + "; ".join(f.message for f in local)
+        message = ("the other alternatives do not match: " if any_reached else "no alternative matches: ") \
+            + "; ".join(f.message for f in local)
         lis.failures.append(attrs.evolve(deepest, message=message, span=span))
     return None
 
