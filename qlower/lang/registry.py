@@ -131,11 +131,6 @@ class MinimalRegistry:
         return tuple(sorted(o.name for o in self.ops))
 
 
-def target_prefix(registry: TargetRegistry) -> str:
-    """`qnn.`: how a rule names an op of `registry`'s target dialect."""
-    return registry.dialect + "."
-
-
 def default_registry() -> TargetRegistry:
     """The shipped QNN op definitions; MinimalRegistry only when the OpDef module is unavailable."""
     try:
