@@ -44,12 +44,15 @@ class Rules:
         return self.ruleset.sources
 
     def engine(self, backend: str | None):
+        from qlower.qnn.registry import QnnOps
         from qlower.rewrite.driver import Engine
 
         got = self._engines.get(backend)
         if got is None:
-            got = self._engines[backend] = Engine(self.ruleset.rules, self.ruleset.ops, registry=self.registry,
-                                                  backend=backend, functions=self.functions)
+            got = self._engines[backend] = Engine(self.ruleset.rules, self.ruleset.ops,
+                                                  registry=QnnOps.build(self.registry),
+                                                  backend=backend, functions=self.functions,
+                                                  target=self.registry.dialect)
         return got
 
 

@@ -32,6 +32,9 @@ from collections.abc import Iterable, Sequence
 import attrs
 import numpy as np
 
+from qlower.frontends import onnx_cases
+from qlower.frontends.onnx_cases import case_data, case_feeds as _feeds, compare as _compare
+
 # Element types a QNN graph can hold (ONNX TensorProto names); int64/uint64 are narrowed on import.
 QNN_TYPES = frozenset({"FLOAT", "FLOAT16", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32",
                        "UINT64", "BOOL"})
@@ -125,98 +128,14 @@ def importable(case) -> str | None:
     return None
 
 
-def case_data(case) -> tuple[list, list]:
-    """The first data set's inputs and outputs, numpy scalars and TensorProtos as arrays."""
-    from onnx import TensorProto, numpy_helper
-
-    def arr(a):
-        if isinstance(a, TensorProto):
-            return numpy_helper.to_array(a)
-        return np.asarray(a) if isinstance(a, (np.generic, int, float, bool)) else a
-
-    inputs, outputs = case.data_sets[0]
-    return [arr(a) for a in inputs], [arr(a) for a in outputs]
-
-
 def param_names(model) -> set[str]:
     """Names of the graph inputs that feed a parameter-like input position of some node."""
-    from qlower.reference.onnx_kernels import PARAM_INPUTS
-
-    names = set()
-    for n in model.graph.node:
-        positions = {p.index for p in PARAM_INPUTS.get(n.op_type, ())} | set(STATIC_INPUTS.get(n.op_type, ()))
-        names |= {n.input[i] for i in positions if i < len(n.input) and n.input[i]}
-    return names
+    return onnx_cases.param_names(model, STATIC_INPUTS)
 
 
 def freeze_params(model, inputs: list[np.ndarray], also: set[str] = frozenset()):
-    """The model with graph inputs at parameter-like positions turned into initializers holding the data.
-
-    `also` names further inputs to freeze: an `_expanded` case (the op's function body inlined)
-    freezes the inputs its unexpanded case has at parameter positions, whatever nodes now read them.
-    """
-    import onnx
-    from onnx import numpy_helper
-
-    init = {i.name for i in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in init]
-    data = dict(zip(names, inputs))
-    static = {name for name in param_names(model) | set(also) if name in data}
-    if not static:
-        return model, inputs
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    keep = [i for i in m.graph.input if i.name not in static]
-    del m.graph.input[:]
-    m.graph.input.extend(keep)
-    m.graph.initializer.extend(numpy_helper.from_array(np.asarray(data[name]), name) for name in sorted(static))
-    return m, [data[i.name] for i in keep if i.name in data]
-
-
-def _feeds(qnn, model, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
-    init = {i.name for i in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in init]
-    feeds = {}
-    for name, a in zip(names, inputs):
-        t = qnn.tensors.get(name)
-        if t is not None and name in qnn.inputs:
-            a = np.asarray(a)
-            if a.dtype == np.int64:
-                a = a.astype(np.int32)
-            elif a.dtype == np.uint64:
-                a = a.astype(np.uint32)
-            feeds[name] = a.reshape(t.dims)
-    return feeds
-
-
-def _expected_real(v, want: np.ndarray) -> np.ndarray:
-    if v is None or v.quant is None or want.dtype.kind == "f":
-        return np.asarray(want, np.float64)
-    scale, zero = np.asarray(v.quant.scale), np.asarray(v.quant.zero_point)
-    if v.quant.axis is not None:
-        shape = [1] * want.ndim
-        shape[v.quant.axis] = -1
-        scale, zero = scale.reshape(shape), zero.reshape(shape)
-    return (np.asarray(want, np.float64) - zero) * scale
-
-
-def _compare(case, outputs, got, expected, f16: bool) -> str | None:
-    """None when every output agrees, else what differs."""
-    for (name, v), want in zip(outputs.items(), expected):
-        ref = _expected_real(v, np.asarray(want))
-        if v is None or name not in got or np.size(got[name]) != ref.size:
-            return f"output {name} missing or of the wrong size"
-        have = np.asarray(got[name], np.float64).reshape(ref.shape)
-        if f16 and ref.dtype.kind == "f" and np.asarray(want).dtype.kind == "f":
-            scale = float(np.nanmax(np.abs(ref[np.isfinite(ref)]), initial=0.0)) or 1.0
-            ok = np.allclose(have, ref, rtol=2e-2, atol=2e-2 * scale, equal_nan=True)
-        else:
-            ok = np.allclose(have, ref, rtol=max(case.rtol, 1e-4), atol=max(case.atol, 1e-5), equal_nan=True)
-        if not ok:
-            with np.errstate(all="ignore"):
-                err = np.nanmax(np.abs(have - ref)) if have.size else 0.0
-            return f"output {name}: max error {err:.3g}"
-    return None
+    """The model with graph inputs at parameter-like positions (and `also`) frozen into initializers."""
+    return onnx_cases.freeze_params(model, inputs, STATIC_INPUTS, also)
 
 
 def run_case(case, rules, backend: str, *, float16: bool | None = None, also: set[str] = frozenset()) -> Outcome:

@@ -251,7 +251,7 @@ class Fidelity:
             self.stats[f"modelled ({backend if backend != 'master' else 'all'})"] += 1
             checks, _ = classifier.classify(c.text, c.target, c.kind)
             if backend != "master" and [ch["kind"] for ch in checks] == ["same_shape"]:
-                # in a supplement "Same as in[0]" repeats that column's rank limits (see gen_opdefs.py)
+                # in a supplement "Same as in[0]" repeats that column's rank limits
                 checks = [ch for other in bullets if other.config == c.config and other.target == checks[0]["as"]
                           for ch in classifier.classify(other.text, other.target, other.kind)[0]
                           if ch["kind"] == "rank"]

@@ -18,7 +18,6 @@ from qlower.lang.checker_tests import TestChecker
 from qlower.lang.checker_types import ATTR_TYPES, ExprTyper, suggest
 from qlower.lang.names import qualify
 
-TARGET_PREFIX = "qnn."
 from qlower.lang.registry import TargetRegistry
 from qlower.lang.functions import FunctionTable
 
@@ -159,9 +158,9 @@ def _check_compute(ctx: Context, c: ast.ComputeDecl) -> None:
     if c.target in c.sources or canonical_dtype(c.target) in {canonical_dtype(n) for n in c.sources}:
         ctx.report(error(f"`compute` maps `{c.target}` to itself", span=c.span, code="type-mismatch"))
     for op in c.ops:
-        if not op.startswith("qnn.") or ctx.registry.op(op[4:]) is None:
-            ctx.report(error(f"`compute ... for` names `{op}`, which is no QNN op", span=ctx.locate.find(c.span, op),
-                             code="unknown-op"))
+        if not ctx.is_target(op) or ctx.registry.op(op.partition(".")[2]) is None:
+            ctx.report(error(f"`compute ... for` names `{op}`, which is no {ctx.dialect.upper()} op",
+                             span=ctx.locate.find(c.span, op), code="unknown-op"))
     for b in c.backends or ():
         if b not in BACKENDS:
             ctx.report(error(f"unknown backend `{b}`", span=ctx.locate.find(c.span, b), code="unknown-backend",
@@ -170,9 +169,11 @@ def _check_compute(ctx: Context, c: ast.ComputeDecl) -> None:
 
 def _check_decl(ctx: Context, d: ast.OpDecl) -> None:
     span = ctx.locate.find(d.span, d.op)
-    if d.dialect == "qnn":
-        ctx.report(error(f"cannot declare `{d.op}`: dialect `qnn` is reserved for QNN ops", span=span,
-                         hint="QNN ops come from the OpDef registry; declare source ops in their own dialect",
+    if d.dialect == ctx.dialect:
+        ctx.report(error(f"cannot declare `{d.op}`: dialect `{ctx.dialect}` is reserved for "
+                         f"{ctx.dialect.upper()} ops", span=span,
+                         hint=f"{ctx.dialect.upper()} ops come from the OpDef registry; declare source ops in "
+                              "their own dialect",
                          code="reserved-dialect"))
     else:
         first = ctx.decls.setdefault(d.op, d)
@@ -284,14 +285,14 @@ def _check_cleanup(ctx: Context, rule: ast.Rule) -> None:
     if not rule.matches:
         return
     roots = rule.matches[0].pattern.op_types
-    target = [t.startswith(TARGET_PREFIX) for t in roots]
+    target = [ctx.is_target(t) for t in roots]
     where = ctx.locate.find(rule.matches[0].pattern.span, roots[0])
     if any(target) and not all(target):
         ctx.report(error("a rule's root alternatives are all QNN ops (a cleanup rule) or none are",
                          span=where, code="mixed-root"))
     elif all(target):
         for item in rule.emits:
-            if isinstance(item, ast.EmitOp) and not item.op.startswith(TARGET_PREFIX):
+            if isinstance(item, ast.EmitOp) and not ctx.is_target(item.op):
                 ctx.report(error(f"a cleanup rule (rooted at a QNN op) cannot emit `{item.op}`: it runs after "
                                  f"lowering, when only QNN ops remain", span=ctx.locate.find(item.span, item.op),
                                  code="cleanup-emits-source"))

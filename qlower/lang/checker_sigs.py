@@ -147,6 +147,15 @@ class Context:
     _target_names: list[str] | None = None
     errors: int = 0  # error findings so far
 
+    @property
+    def dialect(self) -> str:
+        """The target dialect (`qnn`): the registry's, never spelled out in the checker."""
+        return self.registry.dialect
+
+    def is_target(self, qname: str) -> bool:
+        """Is `qname` (`qnn.MatMul`) an op of the target dialect?"""
+        return qname.partition(".")[0] == self.registry.dialect
+
     def report(self, d: Diagnostic) -> None:
         self.diagnostics.append(d)
         self.errors += d.is_error
@@ -158,7 +167,7 @@ class Context:
         """The signature of a declared source op or a registry QNN op; None if unknown."""
         if qname not in self._sigs:
             dialect, _, name = qname.partition(".")
-            if dialect == "qnn":
+            if dialect == self.registry.dialect:
                 op = self.registry.op(name)
                 self._sigs[qname] = None if op is None else OpSig(
                     qname, True, op.input_count_range(), op.output_count_range(),
@@ -171,17 +180,18 @@ class Context:
 
     def resolve(self, qname: str, span: Span | None, *, source_only: bool = False) -> OpSig | None:
         """`sig` that reports an unknown op (with a did-you-mean) at `span`."""
-        sig = None if source_only and qname.startswith("qnn.") else self.sig(qname)
+        target = self.is_target(qname)
+        sig = None if source_only and target else self.sig(qname)
         if sig is not None:
             return sig
-        if qname.startswith("qnn.") and not source_only:
+        if target and not source_only:
             if self._target_names is None:
-                self._target_names = [f"qnn.{n}" for n in self.registry.names()]
-            self.report(error(f"unknown QNN op `{qname}`", span=span, hint=suggest(qname, self._target_names),
-                              code="unknown-target-op"))
+                self._target_names = [f"{self.dialect}.{n}" for n in self.registry.names()]
+            self.report(error(f"unknown {self.dialect.upper()} op `{qname}`", span=span,
+                              hint=suggest(qname, self._target_names), code="unknown-target-op"))
         else:
             hint = suggest(qname, self.decls)
-            if hint is None and qname.startswith("qnn."):
+            if hint is None and target:
                 hint = "test graphs hold source ops only"
             self.report(error(f"unknown op `{qname}`", span=span, hint=hint, code="unknown-op"))
         return None

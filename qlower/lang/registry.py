@@ -54,7 +54,10 @@ class TargetOp(Protocol):
 
 
 class TargetRegistry(Protocol):
-    """Op definitions by QNN name, without the `qnn.` prefix."""
+    """Op definitions by target op name, without the dialect prefix (`qnn.`)."""
+
+    @property
+    def dialect(self) -> str: ...  # the dialect target ops are written in: `qnn` for `qnn.MatMul`
 
     def op(self, name: str) -> TargetOp | None: ...
 
@@ -119,6 +122,7 @@ class MinimalRegistry:
     """A handful of QNN ops (for tests, and a fallback when the OpDef XML cannot load)."""
 
     ops: tuple[MinimalOp, ...] = attrs.field(factory=_minimal_ops)
+    dialect: str = "qnn"
 
     def op(self, name: str) -> MinimalOp | None:
         return next((o for o in self.ops if o.name == name), None)

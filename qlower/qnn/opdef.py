@@ -197,6 +197,7 @@ class OpDefRegistry:
     # constraints files: (package, backend or "all", op) -> rows and documented constraints
     constraints: Mapping[tuple[str, str, str], OpConstraints] = attrs.field(converter=_proxy, factory=dict,
                                                                             hash=False, repr=False)
+    dialect: str = "qnn"  # rules name these ops `qnn.Name` (the engine's target dialect)
 
     @classmethod
     def load(cls, extra_paths: Sequence[Path | str] = ()) -> OpDefRegistry:

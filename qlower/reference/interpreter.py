@@ -11,13 +11,14 @@ kernel the interpreter
 * checks every result against the declared dims and requantizes results whose
   tensor has an encoding (round half to even, saturating to the bitwidth).
 
-Quantize, Dequantize, Convert and Cast (RAW_IO_OPS) get stored values plus the
+Quantize, Dequantize, Convert and Cast (`OpEntry.raw_io` in the registry) get stored values plus the
 input specs instead. Graph inputs are given in stored form; a float array for a
 quantized (or bfloat16) input is encoded first with the tensor's encoding.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -30,7 +31,9 @@ from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import (
     PACKAGE, EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorType,
 )
-from qlower.reference.qnn import QNN_KERNELS, RAW_IO_OPS
+from qlower.qnn.opdef import OpDefRegistry
+from qlower.qnn.registry import QnnOps
+from qlower.reference.qnn import qnn_ops
 from qlower.reference.quant import (
     bfloat16_bits_to_float, bit_range, dequantize, float_to_bfloat16_bits, quantize,
 )
@@ -251,12 +254,20 @@ def _store(op: OpConfig, t: QnnTensor, spec: OutSpec, value: np.ndarray, raw: bo
     return value.astype(to_numpy(t.datatype), copy=False)
 
 
-def _run_op(graph: QnnGraph, op: OpConfig, env: dict[str, np.ndarray]) -> None:
+@functools.cache
+def kernel_registry() -> QnnOps:
+    """The op registry as the interpreter needs it: kernels (and shape functions) without the OpDef XML,
+    which running a graph does not read; built once."""
+    return qnn_ops(OpDefRegistry.from_files([]))
+
+
+def _run_op(graph: QnnGraph, op: OpConfig, env: dict[str, np.ndarray], ops: QnnOps) -> None:
     subject = f"node {op.name}"
-    kernel = QNN_KERNELS.get(op.type) if op.package == PACKAGE else None
+    entry = ops.get(op.type) if op.package == PACKAGE else None
+    kernel = entry.kernel if entry is not None else None
     if kernel is None:
         raise _fail(f"no reference kernel for {op.package}.{op.type}", subject, "no-kernel")
-    raw = op.type in RAW_IO_OPS
+    raw = entry.raw_io
     in_tensors, out_tensors = _inputs_of(op, graph, env), _outputs_of(op, graph)
     outs = [OutSpec(t.dims, _kernel_dtype(t), effective_encoding(t)) for t in out_tensors]
     params = {p.name: _param_value(op, p) for p in op.params}
@@ -282,15 +293,18 @@ def _run_op(graph: QnnGraph, op: OpConfig, env: dict[str, np.ndarray]) -> None:
         env[t.name] = _store(op, t, spec, value, raw)
 
 
-def run(graph: QnnGraph, inputs: Mapping[str, np.ndarray], *, keep_all: bool = False) -> dict[str, np.ndarray]:
+def run(graph: QnnGraph, inputs: Mapping[str, np.ndarray], *, keep_all: bool = False,
+        ops: QnnOps | None = None) -> dict[str, np.ndarray]:
     """Execute `graph.ops` in order and return graph outputs (stored form) by name.
 
     With keep_all, every tensor computed or fed is returned, for locating where
-    two graphs start to differ.
+    two graphs start to differ. Kernels are found through `ops` (the op registry;
+    by default `kernel_registry()`).
     """
+    ops = ops if ops is not None else kernel_registry()
     env = _feed(graph, inputs)
     for op in graph.ops:
-        _run_op(graph, op, env)
+        _run_op(graph, op, env, ops)
     if keep_all:
         return dict(env)
     result = {}
@@ -305,7 +319,8 @@ def run(graph: QnnGraph, inputs: Mapping[str, np.ndarray], *, keep_all: bool = F
     return result
 
 
-def run_dequantized(graph: QnnGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_dequantized(graph: QnnGraph, inputs: Mapping[str, np.ndarray], *,
+                    ops: QnnOps | None = None) -> dict[str, np.ndarray]:
     """Like `run`, but outputs are real values as float32 (dequantized, bf16 decoded)."""
-    return {name: to_float32(graph.tensors[name], value) for name, value in run(graph, inputs).items()}
+    return {name: to_float32(graph.tensors[name], value) for name, value in run(graph, inputs, ops=ops).items()}
 

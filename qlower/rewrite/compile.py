@@ -12,7 +12,7 @@ from qlower.graph.core import Op
 from qlower.lang import ast
 from qlower.rewrite.expr import compile_expr
 from qlower.lang.functions import EvalError, FunctionTable
-from qlower.rewrite.match import OPS, PatternCompiler, simple_root
+from qlower.rewrite.match import LISTEN, OPS, MatchTrace, PatternCompiler, simple_root
 
 Env = dict[str, Any]
 FAIL = "__fail__"
@@ -37,10 +37,12 @@ class CompiledRule:
     # "lowering": source op → target ops, applied once per matched op; "source": source → source, to a
     # fixpoint before lowering; "cleanup": target → target (e.g. transposes that cancel), to a fixpoint after.
     kind: str
-    match: Callable[[Op], Env | None] = attrs.field(repr=False)
+    # match(op) -> bindings or None; match(op, trace) also tells `trace` (a MatchTrace) why it fails
+    match: Callable[..., Env | None] = attrs.field(repr=False)
     location: str = attrs.field(default=attrs.Factory(
         lambda self: str(self.rule.span) if self.rule.span else "<unknown>", takes_self=True))
     program: Any = attrs.field(default=None, repr=False, eq=False)  # its EmitProgram, set by the engine
+    target: str = "qnn"  # the engine's target dialect: emitted `qnn.*` ops are checked against its registry
 
     @property
     def lowering(self) -> bool:
@@ -50,7 +52,7 @@ class CompiledRule:
         return backend is None or self.backends is None or backend in self.backends
 
 
-def _bound_names(rule: ast.Rule) -> set[str]:
+def bound_names(rule: ast.Rule) -> set[str]:
     """Every name a rule can bind (captures, dims, attrs, results, lets, emitted values)."""
     names: set[str] = set()
 
@@ -97,6 +99,9 @@ def _bound_names(rule: ast.Rule) -> set[str]:
     return names
 
 
+_bound_names = bound_names  # the name the driver imports
+
+
 def _ops_matched(p: Any) -> int:
     """How many ops a pattern matches (the default benefit); an alternative counts its largest option."""
     if isinstance(p, ast.OpPattern):
@@ -135,6 +140,8 @@ def _finish(steps, env: Env) -> Env | None:
                 if not ok:
                     for a in added:
                         del env[a]
+                    if LISTEN in env:
+                        env[LISTEN].failed("the guard is false", span, env, "guard")
                     return None
             elif kind == "let":
                 name, fn = payload
@@ -149,7 +156,9 @@ def _finish(steps, env: Env) -> Env | None:
 
 
 def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
-                 functions: FunctionTable, target: str = "qnn") -> CompiledRule:
+                 functions: FunctionTable, target: str = "qnn", *, fast: bool = True) -> CompiledRule:
+    """Compile one rule; `fast=False` keeps the general matcher even where a straight-line one exists
+    (the differential test compares the two)."""
     matches = rule.matches
     if not matches:
         raise ValueError(f"rule {rule.name} has no match statement")
@@ -161,9 +170,9 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
     def finish(env: Env):
         return _finish(steps, env)
 
-    fast = simple_root(pc, root.pattern, root.binders.names, root.binders.rest, finish if steps else None) \
-        if len(matches) == 1 else None
-    root_body = None if fast is not None else pc.op_body(root.pattern, root.binders.names, root.binders.rest)
+    straight = simple_root(pc, root.pattern, root.binders.names, root.binders.rest, finish if steps else None) \
+        if fast and len(matches) == 1 else None
+    root_body = None if straight is not None else pc.op_body(root.pattern, root.binders.names, root.binders.rest)
     dag = []
     for m in matches[1:]:
         first = m.binders.names[0] if m.binders.names else None
@@ -179,9 +188,13 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
                 continue
             for r in op.results:
                 if r.is_output:
+                    if LISTEN in env:
+                        _used_outside(env, op, r, "a graph output", root.span)
                     return False
                 for user, _ in r.users:
                     if id(user) not in inside:
+                        if LISTEN in env:
+                            _used_outside(env, op, r, f"node {user.name}", root.span)
                         return False
         return True
 
@@ -193,17 +206,26 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
             return None
         return finish(env)
 
-    if fast is not None:
-        match = fast
+    if straight is not None:
+        match = straight
     else:
-        def match(op: Op) -> Env | None:
-            env: Env = {OPS: []}
-            return root_body(op, env, after_root)
+        def match(op: Op, listener: MatchTrace | None = None) -> Env | None:
+            if listener is None:
+                return root_body(op, {OPS: []}, after_root)
+            env = root_body(op, {OPS: [], LISTEN: listener}, after_root)
+            if env is not None:
+                env.pop(LISTEN, None)
+            return env
 
     benefit = rule.benefit if rule.benefit is not None else sum(_ops_matched(m.pattern) for m in matches)
     return CompiledRule(rule.name, rule, order, benefit,
                         frozenset(rule.backends) if rule.backends is not None else None,
-                        tuple(root.pattern.op_types), rule_kind(rule, target), match)
+                        tuple(root.pattern.op_types), rule_kind(rule, target), match, target=target)
+
+
+def _used_outside(env: Env, op: Op, r: Any, user: str, span: Span | None) -> None:
+    env[LISTEN].failed(f"{r.name}, the result of the interior node {op.name}, is used outside the pattern by {user} "
+                       f"(mark the pattern `shared` to allow that)", span, env, "uses")
 
 
 def rule_kind(rule: ast.Rule, target: str = "qnn") -> str:

@@ -18,6 +18,7 @@ from qlower.graph.quantize import quantize_real  # the one quantizer (shared wit
 from qlower.graph.types import Quant, canonical_dtype
 from qlower.lang import ast
 from qlower.qnn.params import ParamError, coerce_param
+from qlower.qnn.registry import QnnOps, ShapeError, Sig
 from qlower.rewrite.compile import CompiledRule
 from qlower.rewrite.expr import compile_expr
 from qlower.lang.functions import EvalError, FunctionTable, RangeEncoding
@@ -76,8 +77,6 @@ class Plan:
 
 
 def _sig_of(v: Any):
-    from qlower.qnn.shapes import Sig
-
     if v is None:
         return None
     if v.shape is None:
@@ -109,9 +108,16 @@ def resolve_encoding(enc: Any, dtype: np.dtype) -> Quant | None:
 class EmitProgram:
     """The compiled emit block of one rule."""
 
-    def __init__(self, rule: CompiledRule, registry, functions: FunctionTable, bound: set[str]) -> None:
+    def __init__(self, rule: CompiledRule, registry: QnnOps | Any, functions: FunctionTable, bound: set[str]) -> None:
+        """`registry`: the target's op registry (`QnnOps`: definitions, constraints, shape functions);
+        a bare `OpDefRegistry` is accepted and joined here (slower: once per rule)."""
         self.rule = rule
-        self.registry = registry
+        if registry is not None and not isinstance(registry, QnnOps):
+            registry = QnnOps.build(registry)
+        self.ops: QnnOps | None = registry
+        registry = self.registry = registry.opdefs if registry is not None else None  # params, backend support
+        self.prefix = rule.target + "."  # the target dialect's ops (`qnn.`) are checked against `registry`
+        cut = len(self.prefix)
         root = rule.rule.matches[0]
         self.root_results = tuple(n for n in root.binders.names if n != "_")
         self.root_rest = root.binders.rest
@@ -124,8 +130,8 @@ class EmitProgram:
                 params = []
                 for p in item.params:
                     pdef = None
-                    if item.op.startswith("qnn.") and registry is not None:
-                        pdef = registry.param(item.op[4:], p.name)
+                    if item.op.startswith(self.prefix) and registry is not None:
+                        pdef = registry.param(item.op[cut:], p.name)
                         if pdef is None:
                             raise ValueError(f"unknown param {p.name} for {item.op}")
                     params.append((p.name, compile_expr(p.expr, bound, functions), pdef, p.span))
@@ -160,12 +166,12 @@ class EmitProgram:
         return item, tuple(name for _, name, _, _ in args), params
 
     def supported(self, op_type: str, backend: str | None) -> bool:
-        if backend is None or self.registry is None or not op_type.startswith("qnn."):
+        if backend is None or self.registry is None or not op_type.startswith(self.prefix):
             return True
         key = (op_type, backend)
         ok = self._support.get(key)
         if ok is None:
-            ok = self._support[key] = self.registry.supported(op_type[4:], backend)
+            ok = self._support[key] = self.registry.supported(op_type[len(self.prefix):], backend)
         return ok
 
     # ----------------------------------------------------------------- plan
@@ -206,7 +212,8 @@ class EmitProgram:
         if ok is None:
             ok = self.supported(op_type, backend)
         if not ok:
-            raise EmitFailure(f"{op_type[4:]} is not supported on {backend.upper()}", item.span, soft=True)
+            raise EmitFailure(f"{op_type[len(self.prefix):]} is not supported on {backend.upper()}", item.span,
+                              soft=True)
         try:
             operands = [env[n] for n in names]
         except KeyError as exc:
@@ -258,9 +265,10 @@ class EmitProgram:
     def _plan_op(self, plan: Plan, env: Env, item: ast.EmitOp, args, params, props, backend,
                  rebound: set[int], produced: set[int]) -> None:
         op_type = item.op
-        is_qnn = op_type.startswith("qnn.")
+        is_qnn = op_type.startswith(self.prefix)
         if is_qnn and not self.supported(op_type, backend):
-            raise EmitFailure(f"{op_type[4:]} is not supported on {backend.upper()}", item.span, soft=True)
+            raise EmitFailure(f"{op_type[len(self.prefix):]} is not supported on {backend.upper()}", item.span,
+                              soft=True)
         operands: list[Any] = []
         for kind, name, fn, span in args:
             if kind == "value" and name in self.optional and env.get(name) is None:
@@ -297,11 +305,10 @@ class EmitProgram:
         results: list[Any] = []
         sigs = None
         needs_sig = item.binders.rest or any(n not in self.root_results for n in names)
-        if needs_sig and is_qnn:
-            from qlower.qnn.shapes import ShapeError, infer
-
+        entry = self.ops.get(op_type[len(self.prefix):]) if needs_sig and is_qnn and self.ops is not None else None
+        if entry is not None:
             try:
-                sigs = infer(op_type[4:], [_sig_of(o) for o in operands], attrs)
+                sigs = entry.infer([_sig_of(o) for o in operands], attrs)
             except ShapeError as exc:
                 raise EmitFailure(f"{op_type}: {exc}", item.span) from None
         if item.binders.rest and self.root_rest and names[0] == self.root_results[0]:

@@ -5,6 +5,12 @@ continuation `k(env)`, and undoes its bindings when `k` fails, so choice
 points (commutative operands, alternatives) backtrack through the whole rest
 of the match, guards included. Nothing here allocates on the common path
 beyond the bindings themselves.
+
+Why a candidate fails is told to an optional `MatchTrace` (as MLIR's
+`notifyMatchFailure`), carried in the environment under `LISTEN` only while
+`qlower explain` asks: the reports are built on the failure branches, so a
+match without a listener pays one dictionary probe per failure and nothing on
+success.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
 import numpy as np
 
+from qlower.diagnostics import Span
 from qlower.graph.core import Op, Value
 from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
@@ -23,6 +31,7 @@ Env = dict[str, Any]
 K = Callable[[Env], Any]
 ValueMatcher = Callable[[Any, Env, K], Any]
 OPS = "__ops__"  # env key: list of (matched op, shared flag)
+LISTEN = "__listen__"  # env key: the MatchTrace being told why a match fails (only while explaining)
 _MISSING = object()
 
 # dtype families a value type may name besides concrete dtypes
@@ -31,6 +40,74 @@ _FAMILIES = {
     "int": ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
     "any": None,
 }
+
+# how far a failed attempt got, for choosing the one to show: pattern < interior uses < guards
+STAGES = {"pattern": 0, "uses": 1, "guard": 2}
+
+
+@attrs.frozen
+class MatchFailure:
+    """One reason an attempt stopped, with what the attempt had matched and bound by then."""
+
+    message: str
+    span: Span | None
+    stage: str
+    ops: tuple[Op, ...]
+    bindings: Mapping[str, Any]
+
+    @property
+    def progress(self) -> tuple[int, int, int]:
+        return STAGES.get(self.stage, 0), len(self.ops), len(self.bindings)
+
+
+@attrs.define
+class MatchTrace:
+    """The failure listener: collects every reason the matcher gives while it tries one op.
+
+    A backtracking match fails many times before it gives up; `best` is the
+    attempt that got furthest (the first of equals: the order the rule states).
+    """
+
+    failures: list[MatchFailure] = attrs.Factory(list)
+
+    def failed(self, message: str, span: Span | None, env: Env, stage: str = "pattern") -> None:
+        bindings = {k: v for k, v in env.items() if not k.startswith("__")}
+        self.failures.append(MatchFailure(message, span, stage, tuple(o for o, _ in env.get(OPS, ())), bindings))
+
+    def mark(self) -> int:
+        return len(self.failures)
+
+    def take(self, start: int) -> list[MatchFailure]:
+        """Remove and return the failures reported since `mark()` returned `start`."""
+        got = self.failures[start:]
+        del self.failures[start:]
+        return got
+
+    def best(self) -> MatchFailure | None:
+        best: MatchFailure | None = None
+        for f in self.failures:
+            if best is None or f.progress > best.progress:
+                best = f
+        return best
+
+
+def _tell(env: Env, message: str, span: Span | None, stage: str = "pattern") -> None:
+    """Report a failure to the listener; callers test `LISTEN in env` first, so that a match
+    nobody listens to does not even build the message."""
+    env[LISTEN].failed(message, span, env, stage)
+
+
+def _types(pat: ast.OpPattern) -> str:
+    return " | ".join(pat.op_types)
+
+
+def _dims_text(dims: tuple[ast.DimPat, ...]) -> str:
+    words = {"any": "_", "rest": "..."}
+    return "[" + ", ".join(words.get(d.kind, str(d.value)) for d in dims) + "]"
+
+
+def _shape_text(shape) -> str:
+    return "?" if shape is None else str(list(shape))
 
 
 class PatternCompiler:
@@ -42,7 +119,8 @@ class PatternCompiler:
         self.op_count = 0
 
     # ------------------------------------------------------------ value types
-    def value_type(self, vt: ast.ValueType | None) -> Callable[[Value, Env], list[str] | None] | None:
+    def value_type(self, vt: ast.ValueType | None,
+                   span: Span | None = None) -> Callable[[Value, Env], list[str] | None] | None:
         if vt is None or (not vt.const and vt.dtype is None and vt.shape is None):
             return None
         const = vt.const
@@ -53,29 +131,43 @@ class PatternCompiler:
             else:
                 dtypes = (canonical_dtype(vt.dtype) or vt.dtype,)
         dims = vt.shape
+        where = vt.span or span
 
         def check(v: Value, env: Env) -> list[str] | None:
             if const and v.data is None:
+                if LISTEN in env:
+                    _tell(env, f"{v.name} must be a constant", where)
                 return None
             if dtypes is not None and v.dtype.name not in dtypes:
+                if LISTEN in env:
+                    _tell(env, f"{v.name} is {v.dtype.name}, the pattern wants {vt.dtype}", where)
                 return None
             if dims is None:
                 return []
-            return _match_dims(dims, v.shape, env)
+            added = _match_dims(dims, v.shape, env)
+            if added is None:
+                if LISTEN in env:
+                    _tell(env, f"{v.name} has shape {_shape_text(v.shape)}, which does not fit the pattern "
+                               f"{_dims_text(dims)}" + _dim_bindings(dims, env), where)
+            return added
 
         return check
 
     # ---------------------------------------------------------------- operands
     def operand(self, pat: ast.OperandPat) -> ValueMatcher:
         if isinstance(pat, ast.Capture):
-            return self._capture(pat.name, self.value_type(pat.type), optional=pat.optional)
+            return self._capture(pat.name, self.value_type(pat.type, pat.span), optional=pat.optional,
+                                 span=pat.span)
         if isinstance(pat, ast.Wildcard):
-            check = self.value_type(pat.type)
+            check = self.value_type(pat.type, pat.span)
             if check is None:
                 return lambda v, env, k: k(env)
+            span = pat.span
 
             def wild(v, env, k):
                 if v is None:
+                    if LISTEN in env:
+                        _tell(env, "the operand is absent", span)
                     return None
                 added = check(v, env)
                 if added is None:
@@ -90,11 +182,15 @@ class PatternCompiler:
             return self.nested(pat, ())
         if isinstance(pat, ast.NamedNested):
             inner = self.nested(pat.pattern, ())
-            return self._capture(pat.name, None, inner)
+            return self._capture(pat.name, None, inner, span=pat.span)
         if isinstance(pat, ast.Alternatives):
             options = [self.operand(o) for o in pat.options]
+            span = pat.span
 
             def alt(v, env, k):
+                lis = env.get(LISTEN)
+                if lis is not None:
+                    return _alternatives_traced(options, v, env, k, lis, span)
                 for o in options:
                     r = o(v, env, k)
                     if r is not None:
@@ -103,10 +199,17 @@ class PatternCompiler:
             return alt
         raise TypeError(f"not an operand pattern: {pat!r}")  # RestCapture is handled by the list
 
-    def _capture(self, name: str, check, then: ValueMatcher | None = None, optional: bool = False) -> ValueMatcher:
+    def _capture(self, name: str, check, then: ValueMatcher | None = None, optional: bool = False,
+                 span: Span | None = None) -> ValueMatcher:
         def cap(v, env, k):
             if v is None:
-                if not optional or env.get(name, _MISSING) is not _MISSING:
+                if not optional:
+                    if LISTEN in env:
+                        _tell(env, f"operand `{name}` is absent", span)
+                    return None
+                if env.get(name, _MISSING) is not _MISSING:
+                    if LISTEN in env:
+                        _tell(env, f"optional operand `{name}` is absent, but `{name}` is already bound", span)
                     return None
                 env[name] = None  # `b?` with no such operand: bound to none
                 r = k(env)
@@ -116,6 +219,8 @@ class PatternCompiler:
             cur = env.get(name, _MISSING)
             if cur is not _MISSING:
                 if cur is not v:
+                    if LISTEN in env:
+                        _tell(env, f"`{name}` is already {_name(cur)}, here it would be {v.name}", span)
                     return None
                 return then(v, env, k) if then is not None else k(env)
             added = () if check is None else check(v, env)
@@ -134,12 +239,18 @@ class PatternCompiler:
     def nested(self, pat: ast.OpPattern, binders: tuple[str, ...], rest: bool = False) -> ValueMatcher:
         """Matches the producer of a value against `pat`."""
         body = self.op_body(pat, binders, rest)
+        span = pat.span
 
         def nest(v, env, k):
             if v is None:
+                if LISTEN in env:
+                    _tell(env, f"expected an op of type {_types(pat)}, but the operand is absent", span)
                 return None
             op = v.producer
             if op is None:
+                if LISTEN in env:
+                    _tell(env, f"expected an op of type {_types(pat)}, but {v.name} has no producer "
+                               f"(a graph input or constant)", span)
                 return None
             return body(op, env, k)
         return nest
@@ -150,10 +261,13 @@ class PatternCompiler:
         attrs = self._attrs(pat)
         operands = self._operand_list(pat)
         shared = pat.shared
-        bind_results = _result_binder(binders, rest)
+        bind_results = _result_binder(binders, rest, pat.span)
+        span = pat.span
 
         def body(op: Op, env: Env, k: K):
             if op.type not in types:
+                if LISTEN in env:
+                    _tell(env, f"node {op.name} is {op.type}, not {_types(pat)}", span)
                 return None
             added = attrs(op, env) if attrs is not None else ()
             if added is None:
@@ -175,7 +289,7 @@ class PatternCompiler:
         return body
 
     def _attrs(self, pat: ast.OpPattern):
-        checks: list[tuple[str, str, Any, dict[str, Any]]] = []
+        checks: list[tuple[str, str, Any, dict[str, Any], Span | None]] = []
         for ap in pat.attrs:
             if ap.kind == "any":
                 continue
@@ -186,14 +300,14 @@ class PatternCompiler:
                     if ad.name == ap.name and ad.default is not None:
                         from qlower.rewrite.expr import constant
                         defaults[t] = constant(ad.default, self.functions)
-            checks.append((ap.name, ap.kind, ap.value, defaults))
+            checks.append((ap.name, ap.kind, ap.value, defaults, ap.span))
         if not checks:
             return None
 
         def attrs(op: Op, env: Env) -> list[str] | None:
             added: list[str] = []
             a = op.attrs
-            for name, kind, value, defaults in checks:
+            for name, kind, value, defaults, span in checks:
                 got = a.get(name, _MISSING)
                 if got is _MISSING:
                     got = defaults.get(op.type)
@@ -201,6 +315,9 @@ class PatternCompiler:
                     if not _same_literal(got, value):
                         for x in added:
                             del env[x]
+                        if LISTEN in env:
+                            _tell(env, f"attribute {name} of {op.name} is "
+                                       f"{'absent' if got is None else repr(got)}, the pattern wants {value!r}", span)
                         return None
                 else:
                     if isinstance(got, np.ndarray):  # a QNN op's tensor param (a cleanup rule's match)
@@ -212,6 +329,9 @@ class PatternCompiler:
                     elif cur != got:
                         for x in added:
                             del env[x]
+                        if LISTEN in env:
+                            _tell(env, f"attribute {name} of {op.name} is {got!r}, but `{value}` is already "
+                                       f"{cur!r}", span)
                         return None
             return added
         return attrs
@@ -224,6 +344,7 @@ class PatternCompiler:
         commutative = pat.commutative or any(
             self.decls.get(t) is not None and self.decls[t].commutative for t in pat.op_types)
         commutative = commutative and n == 2 and rest is None
+        span = pat.span
 
         def run(ops: list, i: int, env: Env, k: K):
             if i == n:
@@ -242,8 +363,12 @@ class PatternCompiler:
             while m > n and ops[m - 1] is None:
                 m -= 1
             if rest is None and m > n:
+                if LISTEN in env:
+                    _tell(env, f"{op.name} has {m} operands, the pattern {n}", span)
                 return None
             if rest is not None and m < n:
+                if LISTEN in env:
+                    _tell(env, f"{op.name} has {m} operands, the pattern needs at least {n}", span)
                 return None
             ops = ops[:m] if m < len(ops) else ops
             r = run(ops, 0, env, k)
@@ -253,7 +378,42 @@ class PatternCompiler:
         return operands
 
 
-def _result_binder(binders: tuple[str, ...], rest: bool):
+def _alternatives_traced(options: list[ValueMatcher], v, env: Env, k: K, lis: MatchTrace, span: Span | None):
+    """`(A | B)` while a listener listens: options that fail on their own are reported as one failure."""
+    local: list[MatchFailure] = []
+    any_reached = False
+    for o in options:
+        reached = False
+
+        def k2(e):
+            nonlocal reached
+            reached = True
+            return k(e)
+        start = lis.mark()
+        r = o(v, env, k2)
+        if r is not None:
+            return r
+        if not reached:  # the option itself failed (not something after it): fold its reasons in
+            local.extend(lis.take(start))
+        any_reached = any_reached or reached
+    if local:
+        deepest = max(local, key=lambda f: f.progress)
+        message = ("the other alternatives do not match: " if any_reached else "no alternative matches: ") \
+            + "; ".join(f.message for f in local)
+        lis.failures.append(attrs.evolve(deepest, message=message, span=span))
+    return None
+
+
+def _name(v: Any) -> str:
+    return v.name if isinstance(v, Value) else repr(v)
+
+
+def _dim_bindings(dims: tuple[ast.DimPat, ...], env: Env) -> str:
+    known = [f"{d.value} = {env[d.value]}" for d in dims if d.kind == "capture" and d.value in env]
+    return f" (with {', '.join(known)})" if known else ""
+
+
+def _result_binder(binders: tuple[str, ...], rest: bool, span: Span | None = None):
     if not binders:
         return lambda op, env: ()
     if rest:
@@ -262,13 +422,19 @@ def _result_binder(binders: tuple[str, ...], rest: bool):
         def bind_rest(op: Op, env: Env):
             cur = env.get(name, _MISSING)
             if cur is not _MISSING:
-                return () if cur == op.results else None
+                if cur == op.results:
+                    return ()
+                if LISTEN in env:
+                    _tell(env, f"`{name}` is already bound to other values than the results of {op.name}", span)
+                return None
             env[name] = list(op.results)
             return (name,)
         return bind_rest
 
     def bind(op: Op, env: Env):
         if len(op.results) != len(binders):
+            if LISTEN in env:
+                _tell(env, f"{op.name} has {len(op.results)} result(s), the pattern binds {len(binders)}", span)
             return None
         added = []
         for name, r in zip(binders, op.results):
@@ -281,6 +447,8 @@ def _result_binder(binders: tuple[str, ...], rest: bool):
             elif cur is not r:
                 for a in added:
                     del env[a]
+                if LISTEN in env:
+                    _tell(env, f"`{name}` is already {_name(cur)}, here it would be {r.name}", span)
                 return None
         return added
     return bind
@@ -336,27 +504,28 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
     attribute captures/literals — or None when the pattern needs the general matcher.
 
     Commutative two-operand ops try the swapped order only when the first one
-    fails (a type constraint or a guard in `finish`).
+    fails (a type constraint or a guard in `finish`). tests/rewrite/test_match_differential.py
+    pins it to the general matcher (same match or no match, same bindings).
     """
     commutative = pat.commutative or any(
         compiler.decls.get(t) is not None and compiler.decls[t].commutative for t in pat.op_types)
     if rest:
         return None
-    caps: list[tuple[str | None, Any]] = []
+    caps: list[tuple[str | None, Any, Span | None]] = []
     optional: list[bool] = []
     for p in pat.operands:
         if isinstance(p, ast.Capture):
-            caps.append((p.name, compiler.value_type(p.type)))
+            caps.append((p.name, compiler.value_type(p.type, p.span), p.span))
             optional.append(p.optional)
         elif isinstance(p, ast.Wildcard) and p.type is None:
-            caps.append((None, None))
+            caps.append((None, None, p.span))
             optional.append(True)
         else:
             return None
     if any(o and c[0] is not None for o, c in zip(optional, caps)) and any(
             not o for o in optional[optional.index(True):]):
         return None  # an optional capture before a required operand: the general matcher decides
-    names = [c for c, _ in caps if c is not None]
+    names = [c for c, _, _ in caps if c is not None]
     if len(set(names)) != len(names) or set(names) & set(binders):
         return None
     compiler.op_count += 1
@@ -370,10 +539,13 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
     results = tuple(binders)
     nres = len(results)
     swap = commutative and n == 2
+    span = pat.span
 
-    def bind(op: Op, ops) -> Env | None:
+    def bind(op: Op, ops, lis: MatchTrace | None) -> Env | None:
         env: Env = {OPS: [(op, False)]}
-        for i, (name, check) in enumerate(caps):
+        if lis is not None:
+            env[LISTEN] = lis
+        for i, (name, check, where) in enumerate(caps):
             if name is None:
                 continue
             v = ops[i] if i < len(ops) else None
@@ -381,6 +553,8 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
                 if optional[i]:
                     env[name] = None
                     continue
+                if LISTEN in env:
+                    _tell(env, f"operand `{name}` is absent", where)
                 return None
             if check is not None and check(v, env) is None:
                 return None
@@ -389,23 +563,31 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
             return None
         if nres:
             if len(op.results) != nres:
+                if LISTEN in env:
+                    _tell(env, f"{op.name} has {len(op.results)} result(s), the pattern binds {nres}", span)
                 return None
             for name, r in zip(results, op.results):
                 if name != "_":
                     env[name] = r
         return env if finish is None else finish(env)
 
-    def match(op: Op) -> Env | None:
+    def match(op: Op, listener: MatchTrace | None = None) -> Env | None:
         if op.type not in types:
+            if listener is not None:
+                listener.failed(f"node {op.name} is {op.type}, not {_types(pat)}", span, {OPS: []})
             return None
         ops = op.operands
         m = len(ops)
         while m > n and ops[m - 1] is None:
             m -= 1
         if m > n or m < least:
+            if listener is not None:
+                listener.failed(f"{op.name} has {m} operands, the pattern {n}", span, {OPS: [(op, False)]})
             return None
-        env = bind(op, ops)
-        if env is None and swap:
-            env = bind(op, (ops[1], ops[0]))
+        env = bind(op, ops, listener)
+        if env is None and swap and m == 2:  # (an absent optional second operand has no other order)
+            env = bind(op, (ops[1], ops[0]), listener)
+        if env is not None and listener is not None:
+            env.pop(LISTEN, None)
         return env
     return match

@@ -79,72 +79,24 @@ STATIC_INPUTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "BatchNormalization": 
                  "QuantizeLinear": (1, 2), "DequantizeLinear": (1, 2)}
 
 
-def _freeze_static_inputs(model, inputs: list[np.ndarray]):
-    """The model with graph inputs at parameter/static positions turned into initializers."""
-    from onnx import numpy_helper
-
-    from qlower.reference.onnx_kernels import PARAM_INPUTS
-
-    init = {i.name for i in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in init]
-    data = dict(zip(names, inputs))
-    static = set()
-    for n in model.graph.node:
-        positions = {p.index for p in PARAM_INPUTS.get(n.op_type, ())} | set(STATIC_INPUTS.get(n.op_type, ()))
-        static |= {n.input[i] for i in positions if i < len(n.input) and n.input[i] in data}
-    if not static:
-        return model, inputs
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    keep = [i for i in m.graph.input if i.name not in static]
-    del m.graph.input[:]
-    m.graph.input.extend(keep)
-    m.graph.initializer.extend(numpy_helper.from_array(np.asarray(data[name]), name) for name in sorted(static))
-    return m, [data[i.name] for i in keep if i.name in data]
-
-
 def _small(case) -> bool:
     arrays = [a for inputs, outputs in case.data_sets[:1] for a in list(inputs) + list(outputs)]
     return all(isinstance(a, np.ndarray) and a.dtype.kind in "biuf" and a.size <= MAX_ELEMENTS for a in arrays)
-
-
-def _feeds(qnn, model, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """The case's inputs in the lowered graph's stored form (int64 → int32, scalars → [1])."""
-    init = {i.name for i in model.graph.initializer}
-    names = [i.name for i in model.graph.input if i.name not in init]
-    feeds = {}
-    for name, a in zip(names, inputs):
-        t = qnn.tensors.get(name)
-        if t is not None and name in qnn.inputs:
-            a = np.asarray(a)
-            feeds[name] = (a.astype(np.int32) if a.dtype == np.int64 else a).reshape(t.dims)
-    return feeds
-
-
-def _expected_real(v, want: np.ndarray) -> np.ndarray:
-    """Expected outputs as real values: quantized outputs (QuantizeLinear's) are dequantized."""
-    if v is None or v.quant is None or want.dtype.kind == "f":
-        return np.asarray(want, np.float64)
-    scale, zero = np.asarray(v.quant.scale), np.asarray(v.quant.zero_point)
-    if v.quant.axis is not None:
-        shape = [1] * want.ndim
-        shape[v.quant.axis] = -1
-        scale, zero = scale.reshape(shape), zero.reshape(shape)
-    return (np.asarray(want, np.float64) - zero) * scale
 
 
 def run_case(case, rules, ops: set[str]) -> Outcome | None:
     """One case's outcome, or None when it is not attempted."""
     import qlower
     from qlower.diagnostics import QlowerError
+    from qlower.frontends.onnx_cases import case_data, case_feeds, compare, freeze_params
     from qlower.frontends.onnx_frontend import load_onnx
     from qlower.reference.interpreter import run_dequantized
 
     model = case.model
     if any(n.domain not in ("", "ai.onnx") or n.op_type not in ops for n in model.graph.node) or not _small(case):
         return None
-    inputs, expected = case.data_sets[0]
-    model, inputs = _freeze_static_inputs(model, list(inputs))
+    inputs, expected = case_data(case)
+    model, inputs = freeze_params(model, list(inputs), STATIC_INPUTS)
     try:
         graph = load_onnx(model)
     except QlowerError as exc:
@@ -154,18 +106,11 @@ def run_case(case, rules, ops: set[str]) -> Outcome | None:
     if not result.ok:
         return Outcome(case.name, "not lowered", str(result.errors[0]).splitlines()[0] if result.errors else "")
     try:
-        got = run_dequantized(result.qnn, _feeds(result.qnn, model, inputs))
+        got = run_dequantized(result.qnn, case_feeds(result.qnn, model, inputs))
     except (QlowerError, ValueError, KeyError) as exc:
         return Outcome(case.name, "run error", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
-    rtol, atol = max(case.rtol, 1e-4), max(case.atol, 1e-5)
-    for (name, v), want in zip(outputs.items(), expected):
-        ref = _expected_real(v, np.asarray(want))
-        if v is None or name not in got or np.size(got[name]) != ref.size:
-            return Outcome(case.name, "mismatch", f"output {name} missing or of the wrong size")
-        have = np.asarray(got[name], np.float64).reshape(ref.shape)
-        if not np.allclose(have, ref, rtol=rtol, atol=atol, equal_nan=True):
-            return Outcome(case.name, "mismatch", f"output {name}: max error {np.nanmax(np.abs(have - ref)):.3g}")
-    return Outcome(case.name, "matched")
+    problem = compare(case, outputs, got, expected)
+    return Outcome(case.name, "matched") if problem is None else Outcome(case.name, "mismatch", problem)
 
 
 def run_all(cases: Iterable | None = None) -> Tally:

@@ -256,3 +256,24 @@ def test_per_axis_encoding_of_the_wrong_length_is_reported():
     with pytest.raises(QlowerError, match="cannot read input `w`.*needs 3 scales") as exc:
         run(g, {"x": np.ones((2, 3), np.float32)})
     assert exc.value.diagnostics[0].subject == "node mul"
+
+
+def test_kernels_are_found_through_the_op_registry_it_is_given():
+    """The interpreter asks the one op registry (QnnOps) for kernels, not a table of its own."""
+    from qlower.qnn.opdef import OpDefRegistry
+    from qlower.qnn.registry import QnnOps
+    from qlower.reference.qnn import qnn_ops
+
+    g = QnnGraph("g")
+    tensor(g, "x", TensorType.APP_WRITE, F32, (3,))
+    tensor(g, "y", TensorType.APP_READ, F32, (3,))
+    g.ops.append(OpConfig("n", "ElementWiseNeg", ["x"], ["y"]))
+    x = np.array([1, -2, 3], np.float32)
+    np.testing.assert_array_equal(run(g, {"x": x})["y"], -x)
+    full = qnn_ops(OpDefRegistry.load())  # the registry with the OpDefs: same kernels
+    np.testing.assert_array_equal(run(g, {"x": x}, ops=full)["y"], -x)
+    doubled = QnnOps.build(OpDefRegistry.from_files([]), {"ElementWiseNeg": lambda ins, params, outs: [2 * ins[0]]})
+    np.testing.assert_array_equal(run_dequantized(g, {"x": x}, ops=doubled)["y"], 2 * x)
+    with pytest.raises(QlowerError) as exc:
+        run(g, {"x": x}, ops=QnnOps.build(OpDefRegistry.from_files([])))
+    assert exc.value.diagnostics[0].code == "no-kernel"

@@ -365,3 +365,18 @@ def test_optional_operand_absent_is_traced_not_refused(tmp_path):
     g.set_io([x, w], [y])
     text = explain(g, rules, "n", backend="htp")
     assert "the guard is false" in stop_line(section(text, "norm"))  # past the operands, to the require
+
+
+def test_the_other_operand_order_is_listed_too(rules, graph):
+    s = section(explain(graph, rules, "mul", rule="silu", backend="htp"), "silu")
+    (other,) = [l for l in s.splitlines() if "other attempt:" in l]
+    assert "x has no producer" in other and other.endswith(f"({at(rules, 'm.Sigmoid(x))')})")
+
+
+def test_an_alternative_that_matches_and_fails_later_reports_the_later_failure(more):
+    """The attempt that got furthest is shown: here the second option, stopped by the guard."""
+    r, g = more
+    s = section(explain(g, r, "n", rule="neg_of_neg", backend="htp"), "neg_of_neg")
+    assert "the guard is false" in stop_line(s)
+    assert "ok: `x` = x" in s
+    assert any("the other alternatives do not match" in l and "no producer" in l for l in s.splitlines())
