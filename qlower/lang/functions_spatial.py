@@ -62,6 +62,10 @@ def _eye(n: int, dt: str) -> np.ndarray:
     return np.eye(int(n), dtype=np.dtype(dt))
 
 
+def _ints(t: Any) -> list[int]:
+    return [int(v) for v in np.asarray(t).reshape(-1)]
+
+
 def _tile_tensor(t: Any, reps: list[int]) -> np.ndarray:
     a = np.asarray(t)
     if len(reps) != a.ndim or any(int(r) < 1 for r in reps):
@@ -215,6 +219,7 @@ SPATIAL_FUNCTIONS: tuple[Function, ...] = (
                  "keep_aspect_ratio_policy)"),
     Function("upper", ("str",), "str", str.upper, doc="the string in upper case (ONNX mode names as QNN enum names)"),
     Function("eye", ("int", "dtype"), "tensor", _eye, doc="[n, n] identity matrix"),
+    Function("ints", ("tensor",), "list[int]", _ints, doc="static integer data (a shape input) as a list"),
     Function("tile_tensor", ("tensor", "list[int]"), "tensor", _tile_tensor,
              doc="static data repeated along each dim (numpy tile)"),
 )
