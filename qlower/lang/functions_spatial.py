@@ -56,6 +56,20 @@ def _affine_base_grid(sizes: list[int], align_corners: bool) -> np.ndarray:
     return np.stack(cols, axis=1).astype(np.float32)
 
 
+def _kernel_taps(out: list[int], kernel: list[int], strides: list[int], pads: list[int],
+                 dilations: list[int]) -> list[np.ndarray]:
+    """[ys, xs], each [1, kh·kw, oh, ow] float32: where each kernel tap of each output position of a
+    2-D convolution reads the input (before any deformable offset), padding included."""
+    (oh, ow), (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
+        [int(v) for v in a] for a in (out, kernel, strides, pads[:2], dilations))
+    i, j = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+    ys = np.arange(oh)[None, :, None] * sh - ph + (i.reshape(-1) * dh)[:, None, None]
+    xs = np.arange(ow)[None, None, :] * sw - pw + (j.reshape(-1) * dw)[:, None, None]
+    shape = [1, kh * kw, oh, ow]
+    return [np.broadcast_to(ys, shape[1:]).reshape(shape).astype(np.float32),
+            np.broadcast_to(xs, shape[1:]).reshape(shape).astype(np.float32)]
+
+
 def _eye(n: int, dt: str) -> np.ndarray:
     if n < 1:
         raise EvalError(f"no identity matrix of size {n}")
@@ -218,6 +232,9 @@ SPATIAL_FUNCTIONS: tuple[Function, ...] = (
              doc="per dim [scale, roi_lo, roi_hi] of an ONNX Resize (input and output shapes, scales, axes, roi, "
                  "keep_aspect_ratio_policy)"),
     Function("upper", ("str",), "str", str.upper, doc="the string in upper case (ONNX mode names as QNN enum names)"),
+    Function("kernel_taps", ("list[int]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[tensor]",
+             _kernel_taps, doc="[ys, xs] [1, kh·kw, oh, ow]: input positions of each tap of a 2-D convolution "
+                               "(out, kernel, strides, pads, dilations)"),
     Function("eye", ("int", "dtype"), "tensor", _eye, doc="[n, n] identity matrix"),
     Function("ints", ("tensor",), "list[int]", _ints, doc="static integer data (a shape input) as a list"),
     Function("tile_tensor", ("tensor", "list[int]"), "tensor", _tile_tensor,
