@@ -5,8 +5,9 @@ from __future__ import annotations
 from qlower.lang.functions import _BUILTINS, FunctionTable
 from qlower.lang.functions_limit import LIMIT_FUNCTIONS
 from qlower.lang.functions_shape import SHAPE_FUNCTIONS
+from qlower.lang.functions_spatial import SPATIAL_FUNCTIONS
 
 
 def builtin_functions() -> FunctionTable:
     """A fresh table of the built-ins; plugins `extend` it."""
-    return FunctionTable({f.name: f for f in _BUILTINS + SHAPE_FUNCTIONS + LIMIT_FUNCTIONS})
+    return FunctionTable({f.name: f for f in _BUILTINS + SHAPE_FUNCTIONS + LIMIT_FUNCTIONS + SPATIAL_FUNCTIONS})

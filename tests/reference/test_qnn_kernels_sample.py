@@ -84,3 +84,41 @@ def test_argb_to_rgb():
         [[2, 1, 0], [6, 5, 4]]
     with pytest.raises(KernelError, match="reverse_output"):
         qnn("ArgbToRgb", [x], {}, (1, 1, 2, 3))
+
+
+def onnx_roi_align(x_nchw: np.ndarray, rois: np.ndarray, idx: np.ndarray, **attrs) -> np.ndarray:
+    vis = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None),
+           helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, None),
+           helper.make_tensor_value_info("b", onnx.TensorProto.INT64, None)]
+    out = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("RoiAlign", ["x", "r", "b"], ["y"], **attrs)], "g", vis, [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    return ReferenceEvaluator(model).run(None, {"x": x_nchw, "r": rois, "b": idx.astype(np.int64)})[0]
+
+
+@pytest.mark.parametrize("ct", ["half_pixel", "output_half_pixel"])
+@pytest.mark.parametrize("ratio", [0, 2])
+@pytest.mark.parametrize("scale", [1.0, 0.5])
+def test_roi_align_matches_onnx(ct, ratio, scale):
+    """ONNX's RoiAlign (avg) is QNN's with img_size_ratio = 1 / spatial_scale, aligned for half_pixel."""
+    x = RNG.standard_normal((2, 6, 7, 3)).astype(np.float32)
+    corners = RNG.uniform(-2.0, 9.0, size=(5, 2, 2))
+    rois = np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1).astype(np.float32) / scale
+    rois[0] = [1.0, 1.0, 1.4, 1.2]  # smaller than a pixel: clamped to one unless aligned
+    idx = RNG.integers(0, 2, size=5)
+    want = onnx_roi_align(np.transpose(x, (0, 3, 1, 2)), rois, idx, output_height=3, output_width=2,
+                          sampling_ratio=ratio, spatial_scale=scale, coordinate_transformation_mode=ct)
+    params = {"img_size_ratio": np.array([1 / scale, 1 / scale], np.float32), "num_samples_y": ratio or -1,
+              "num_samples_x": ratio or -1, "aligned": ct == "half_pixel"}
+    got = qnn("RoiAlign", [x, rois, idx.astype(np.int32)], params, (5, 3, 2, 3))
+    np.testing.assert_allclose(np.transpose(got, (0, 3, 1, 2)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_roi_align_invalid_roi():
+    x = RNG.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    rois = np.array([[1.0, 1.0, 1.0, 1.0]], np.float32)
+    params = {"img_size_ratio": np.array([1.0, 1.0], np.float32)}
+    with pytest.raises(KernelError, match="zero size"):
+        qnn("RoiAlign", [x, rois, np.zeros(1, np.int32)], params, (1, 2, 2, 2))
+    got = qnn("RoiAlign", [x, rois, np.zeros(1, np.int32)], {**params, "allow_invalid_roi": True}, (1, 2, 2, 2))
+    assert not got.any()

@@ -1,6 +1,8 @@
 """Kernels that sample an image at computed coordinates: GridSample (4D,
-following ONNX/PyTorch grid_sample, which its op definition describes) and
-CropAndResize (TensorFlow crop_and_resize)."""
+following ONNX/PyTorch grid_sample, which its op definition describes),
+CropAndResize (TensorFlow crop_and_resize) and RoiAlign (Android NN's
+ROI_ALIGN, which its op definition cites, with the aligned half-pixel shift:
+the RoIAlign of Mask R-CNN / Detectron2 that ONNX's RoiAlign also defines)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from qlower.reference.qnn._common import finish, need, p_bool, p_float, p_int, p_ints
+from qlower.reference.qnn._common import finish, need, p_array, p_bool, p_float, p_int, p_ints
 from qlower.reference.spec import Kernel, KernelError, OutSpec
 
 Inputs = Sequence["np.ndarray | None"]
@@ -116,7 +118,76 @@ def crop_and_resize(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarr
     return [finish(np.where(inside[..., None], y, fill), outs[0])]
 
 
+def _bilinear_at(img: np.ndarray, y: float, x: float) -> np.ndarray:
+    """img [h, w, c] at (y, x): 0 beyond one pixel outside, edge-clamped within it."""
+    h, w, _ = img.shape
+    if y < -1.0 or y > h or x < -1.0 or x > w:
+        return np.zeros(img.shape[-1])
+    y, x = max(y, 0.0), max(x, 0.0)
+    y0, x0 = int(y), int(x)
+    if y0 >= h - 1:
+        y0 = y1 = h - 1
+        y = float(y0)
+    else:
+        y1 = y0 + 1
+    if x0 >= w - 1:
+        x0 = x1 = w - 1
+        x = float(x0)
+    else:
+        x1 = x0 + 1
+    ly, lx = y - y0, x - x0
+    return ((1 - ly) * (1 - lx) * img[y0, x0] + (1 - ly) * lx * img[y0, x1]
+            + ly * (1 - lx) * img[y1, x0] + ly * lx * img[y1, x1])
+
+
+def roi_align(inputs: Inputs, params: Params, outs: Outs) -> list[np.ndarray]:
+    """RoIs (x1, y1, x2, y2) in image coordinates, divided by img_size_ratio [h, w] (and shifted by
+    −0.5 when aligned; otherwise at least one pixel wide) are cut into out_height × out_width bins;
+    each bin averages num_samples_y × num_samples_x bilinear samples at the centres of an even
+    sub-grid (−1: ceil(bin size) per RoI). An all-zero-size RoI gives zeros with allow_invalid_roi."""
+    x = need(inputs[0], "in[0]").astype(np.float64)
+    rois = need(inputs[1], "in[1]").astype(np.float64).reshape(-1, 4)
+    idx = need(inputs[2], "in[2]").astype(np.int64).reshape(-1)
+    if x.ndim != 4 or outs[0].shape is None or len(outs[0].shape) != 4:
+        raise KernelError("RoiAlign needs a 4D input [b,h,w,c] and a declared output [rois,out_h,out_w,c]")
+    _, oh, ow, _ = outs[0].shape
+    if idx.size != rois.shape[0] or (idx.size and (idx.min() < 0 or idx.max() >= x.shape[0])):
+        raise KernelError("RoiAlign: batch indices must match the RoIs and lie in [0, batch-1]")
+    ratio = p_array(params, "img_size_ratio").astype(np.float64).reshape(-1)
+    if ratio.size != 2:
+        raise KernelError(f"RoiAlign: img_size_ratio must be [height_ratio, width_ratio], got {ratio.tolist()}")
+    rh, rw = float(ratio[0]), float(ratio[1])
+    if rh <= 0 or rw <= 0:
+        raise KernelError(f"RoiAlign: img_size_ratio {[rh, rw]} must be positive")
+    sy, sx = p_int(params, "num_samples_y", -1), p_int(params, "num_samples_x", -1)
+    aligned, allow_invalid = p_bool(params, "aligned", False), p_bool(params, "allow_invalid_roi", False)
+    off = 0.5 if aligned else 0.0
+    y = np.zeros((rois.shape[0], oh, ow, x.shape[-1]))
+    for r, (bx1, by1, bx2, by2) in enumerate(rois):
+        if bx2 - bx1 == 0 and by2 - by1 == 0:
+            if allow_invalid:
+                continue
+            raise KernelError(f"RoiAlign: RoI {r} has zero size (allow_invalid_roi is false)")
+        x1, y1, x2, y2 = bx1 / rw - off, by1 / rh - off, bx2 / rw - off, by2 / rh - off
+        roi_w, roi_h = (x2 - x1, y2 - y1) if aligned else (max(x2 - x1, 1.0), max(y2 - y1, 1.0))
+        bin_h, bin_w = roi_h / oh, roi_w / ow
+        gh = sy if sy > 0 else max(int(np.ceil(bin_h)), 0)
+        gw = sx if sx > 0 else max(int(np.ceil(bin_w)), 0)
+        count = max(gh * gw, 1)
+        img = x[idx[r]]
+        for ph in range(oh):
+            for pw in range(ow):
+                acc = np.zeros(x.shape[-1])
+                for iy in range(gh):
+                    yy = y1 + ph * bin_h + (iy + 0.5) * bin_h / gh
+                    for ix in range(gw):
+                        acc += _bilinear_at(img, yy, x1 + pw * bin_w + (ix + 0.5) * bin_w / gw)
+                y[r, ph, pw] = acc / count
+    return [finish(y, outs[0])]
+
+
 KERNELS: Mapping[str, Kernel] = MappingProxyType({
     "GridSample": grid_sample,
     "CropAndResize": crop_and_resize,
+    "RoiAlign": roi_align,
 })

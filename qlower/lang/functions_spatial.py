@@ -1,0 +1,242 @@
+"""Built-in .qpat functions for spatial ops that lower to fixed arithmetic on static tables:
+pooling window counts (average pooling as a window sum times a constant), the base grid of
+an affine sampling grid, identity filters (Col2Im as a transposed convolution) and tiled
+static data. Part of the built-in table (`builtin_functions`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qlower.lang.functions import EvalError, Function
+
+
+def _pool_divisors(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
+                   pads: list[list[int]], out: list[int], count_pad: bool) -> np.ndarray:
+    """[1, 1, *out] float32: 1 / the number of taps each pooling window averages (ONNX AveragePool).
+
+    A tap counts when it lies in the input, or with `count_pad` in the input or its explicit
+    padding; taps past the padding (ceil-mode windows) never count.
+    """
+    n = len(spatial)
+    if not (len(kernel) == len(strides) == len(dilations) == len(pads) == len(out) == n):
+        raise EvalError(f"pool_divisors: {n} spatial dims but kernel {kernel}, strides {strides}, "
+                        f"dilations {dilations}, pads {pads}, out {out}")
+    per_dim = []
+    for size, k, s, d, (b, e), o in zip(spatial, kernel, strides, dilations, pads, out):
+        lo, hi = (-int(b), int(size) + int(e)) if count_pad else (0, int(size))
+        starts = np.arange(int(o)) * int(s) - int(b)
+        taps = starts[:, None] + np.arange(int(k))[None, :] * int(d)
+        per_dim.append(((taps >= lo) & (taps < hi)).sum(axis=1))
+    counts = np.ones(out, dtype=np.float64)
+    for i, c in enumerate(per_dim):
+        counts = counts * c.reshape([-1 if j == i else 1 for j in range(n)])
+    if np.any(counts == 0):
+        raise EvalError("a pooling window covers no input element")
+    return (1.0 / counts).reshape([1, 1, *out]).astype(np.float32)
+
+
+def _affine_base_grid(sizes: list[int], align_corners: bool) -> np.ndarray:
+    """[prod(sizes), n + 1] float32 rows (x, y[, z], 1) of ONNX AffineGrid's normalized base grid.
+
+    `sizes` are the spatial sizes ([H, W] or [D, H, W]); x runs along the last one. Row-major
+    over the sizes, so the product with theta reshapes to the grid [N, *sizes, n].
+    """
+    axes = []
+    for size in sizes:
+        size = int(size)
+        if align_corners:
+            axes.append(np.linspace(-1.0, 1.0, size) if size > 1 else np.zeros(1))
+        else:
+            axes.append((2.0 * np.arange(size) + 1.0) / size - 1.0)
+    mesh = np.meshgrid(*axes, indexing="ij")
+    cols = [m.reshape(-1) for m in reversed(mesh)] + [np.ones(int(np.prod(sizes)))]
+    return np.stack(cols, axis=1).astype(np.float32)
+
+
+def _kernel_taps(out: list[int], kernel: list[int], strides: list[int], pads: list[int],
+                 dilations: list[int]) -> list[np.ndarray]:
+    """[ys, xs], each [1, kh·kw, oh, ow] float32: where each kernel tap of each output position of a
+    2-D convolution reads the input (before any deformable offset), padding included."""
+    (oh, ow), (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
+        [int(v) for v in a] for a in (out, kernel, strides, pads[:2], dilations))
+    i, j = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+    ys = np.arange(oh)[None, :, None] * sh - ph + (i.reshape(-1) * dh)[:, None, None]
+    xs = np.arange(ow)[None, None, :] * sw - pw + (j.reshape(-1) * dw)[:, None, None]
+    shape = [1, kh * kw, oh, ow]
+    return [np.broadcast_to(ys, shape[1:]).reshape(shape).astype(np.float32),
+            np.broadcast_to(xs, shape[1:]).reshape(shape).astype(np.float32)]
+
+
+def _eye(n: int, dt: str) -> np.ndarray:
+    if n < 1:
+        raise EvalError(f"no identity matrix of size {n}")
+    return np.eye(int(n), dtype=np.dtype(dt))
+
+
+def _ints(t: Any) -> list[int]:
+    return [int(v) for v in np.asarray(t).reshape(-1)]
+
+
+def _tile_tensor(t: Any, reps: list[int]) -> np.ndarray:
+    a = np.asarray(t)
+    if len(reps) != a.ndim or any(int(r) < 1 for r in reps):
+        raise EvalError(f"tile_tensor: repeats {reps} for a rank-{a.ndim} tensor")
+    return np.tile(a, [int(r) for r in reps])
+
+
+def _cubic(ratio: float, scale: float, a: float, antialias: bool) -> np.ndarray:
+    if antialias:
+        scale = min(scale, 1.0)
+        start = int(np.floor(-2 / scale) + 1)
+        x = np.abs(scale * (np.arange(start, 2 - start) - ratio))
+        c = np.where(x <= 1, (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1,
+                     np.where(x < 2, a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a, 0.0))
+        return c / c.sum()
+    r1, r2 = ratio + 1, 2 - ratio
+    return np.array([((a * r1 - 5 * a) * r1 + 8 * a) * r1 - 4 * a,
+                     ((a + 2) * ratio - (a + 3)) * ratio * ratio + 1,
+                     ((a + 2) * (1 - ratio) - (a + 3)) * (1 - ratio) * (1 - ratio) + 1,
+                     ((a * r2 - 5 * a) * r2 + 8 * a) * r2 - 4 * a])
+
+
+def _linear(ratio: float, scale: float, antialias: bool) -> np.ndarray:
+    if antialias:
+        scale = min(scale, 1.0)
+        start = int(np.floor(-1 / scale) + 1)
+        c = np.clip(1 - np.abs((np.arange(start, 2 - start) - ratio) * scale), 0, 1)
+        return c / c.sum()
+    return np.array([1 - ratio, ratio])
+
+
+def _nearest(ratio: float, mode: str) -> np.ndarray:
+    if float(ratio).is_integer():
+        return np.array([0.0, 1.0])
+    table = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5, "floor": False, "ceil": True}
+    if mode not in table:
+        raise EvalError(f"unknown nearest_mode {mode}")
+    up = float(table[mode])
+    return np.array([1.0 - up, up])
+
+
+def _source_coords(ctm: str, size: int, out: int, scale: float, roi: list[float]) -> np.ndarray:
+    """ONNX Resize's coordinate transformation: output index → input coordinate."""
+    y = np.arange(out, dtype=np.float64)
+    width = scale * size
+    if ctm == "align_corners":
+        return np.zeros(out) if width == 1 else y * (size - 1) / (width - 1)
+    if ctm == "asymmetric":
+        return y / scale
+    if ctm == "tf_crop_and_resize":
+        lo, hi = roi
+        x = np.full(out, (hi - lo) * (size - 1) / 2) if width == 1 else y * (hi - lo) * (size - 1) / (width - 1)
+        return x + lo * (size - 1)
+    if ctm == "pytorch_half_pixel":
+        return np.full(out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    if ctm == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if ctm == "half_pixel_symmetric":
+        return size / 2 * (1 - out / width) + (y + 0.5) / scale - 0.5
+    raise EvalError(f"unknown coordinate_transformation_mode {ctm}")
+
+
+def _resize_weights(size: int, out: int, scale: float, roi: list[float], mode: str, ctm: str, cubic_a: float,
+                    exclude_outside: bool, antialias: bool, nearest_mode: str, extrapolation: float) -> list[np.ndarray]:
+    """[M [out, size], b [out]] float32 with resize(x) = M·x + b along one axis (ONNX Resize).
+
+    Resizing is separable, so an N-d Resize is one such product per axis. `b` holds the
+    extrapolation value on the rows tf_crop_and_resize maps outside the input (M is 0 there).
+    """
+    size, out = int(size), int(out)
+    if size < 1 or out < 1 or scale <= 0:
+        raise EvalError(f"no resize weights from {size} to {out} (scale {scale})")
+    if abs(float(scale) - 1.0) <= 1e-9 and out == size and [float(v) for v in roi] in ([], [0.0, 1.0]):
+        return [np.eye(size, dtype=np.float32), np.zeros(size, dtype=np.float32)]  # ONNX skips such an axis
+    x = _source_coords(ctm, size, out, float(scale), [float(v) for v in roi])
+    m = np.zeros((out, size), dtype=np.float64)
+    for j, xo in enumerate(x):
+        base = int(np.floor(xo))
+        ratio = 1.0 if xo == base else xo - base
+        if mode == "nearest":
+            c = _nearest(ratio, nearest_mode)
+        elif mode == "linear":
+            c = _linear(ratio, float(scale), antialias)
+        elif mode == "cubic":
+            c = _cubic(ratio, float(scale), float(cubic_a), antialias)
+        else:
+            raise EvalError(f"unknown resize mode {mode}")
+        n = len(c)
+        pad = int(np.ceil(n / 2))
+        xp = xo + pad
+        p = int(np.floor(xp))
+        frac = xp - p
+        if n % 2 == 0:
+            start = p + (-(n // 2) if frac == 0 else -(n // 2) + 1)
+        else:
+            start = p + (-((n - 1) // 2) if frac <= 0.5 else -((n - 1) // 2) + 1)
+        idx = start + np.arange(n) - pad
+        if exclude_outside:
+            c = np.where((idx < 0) | (idx >= size), 0.0, c)
+            c = c / (c.sum() if c.sum() != 0 else 1.0)
+        np.add.at(m[j], np.clip(idx, 0, size - 1), c)
+    b = np.zeros(out, dtype=np.float64)
+    if ctm == "tf_crop_and_resize":
+        outside = (x < 0) | (x > size - 1)
+        m[outside] = 0.0
+        b[outside] = float(extrapolation)
+    return [m.astype(np.float32), b.astype(np.float32)]
+
+
+def _resize_axes(in_shape: list[int], out_shape: list[int], scales: list[float], axes: list[int], roi: list[float],
+                 policy: str) -> list[list[float]]:
+    """Per dim [scale, roi_lo, roi_hi] of an ONNX Resize: given scales (of `axes`, or of every dim), else
+    output / input sizes (one shared ratio under keep_aspect_ratio_policy not_larger / not_smaller)."""
+    r = len(in_shape)
+    ax = [int(a) % r for a in axes] if axes else list(range(r))
+    full = [1.0] * r
+    if scales:
+        if len(scales) != len(ax):
+            raise EvalError(f"Resize has {len(scales)} scales for {len(ax)} axes")
+        for a, v in zip(ax, scales):
+            full[a] = float(v)
+    else:
+        ratios = [int(out_shape[a]) / int(in_shape[a]) for a in ax]
+        if policy in ("not_larger", "not_smaller"):
+            ratios = [min(ratios) if policy == "not_larger" else max(ratios)] * len(ax)
+        for a, v in zip(ax, ratios):
+            full[a] = v
+    lohi = [[0.0, 1.0] for _ in range(r)]
+    if roi:
+        if len(roi) != 2 * len(ax):
+            raise EvalError(f"Resize roi {roi} does not have a start and an end per axis")
+        for i, a in enumerate(ax):
+            lohi[a] = [float(roi[i]), float(roi[len(ax) + i])]
+    return [[full[a]] + lohi[a] for a in range(r)]
+
+
+SPATIAL_FUNCTIONS: tuple[Function, ...] = (
+    Function("pool_divisors", ("list[int]", "list[int]", "list[int]", "list[int]", "list[list[int]]", "list[int]",
+                               "bool"), "tensor", _pool_divisors,
+             doc="[1, 1, *out] float32 reciprocal tap counts of average-pooling windows (spatial, kernel, "
+                 "strides, dilations, pads, out, count_include_pad)"),
+    Function("affine_base_grid", ("list[int]", "bool"), "tensor", _affine_base_grid,
+             doc="[prod(sizes), n + 1] rows (x, y[, z], 1) of ONNX AffineGrid's base grid"),
+    Function("resize_weights", ("int", "int", "number", "list[number]", "str", "str", "number", "bool", "bool", "str",
+                                "number"), "list[tensor]", _resize_weights,
+             doc="[M, b] float32 with ONNX Resize along one axis = M·x + b (size, out, scale, roi [lo, hi], mode, "
+                 "coordinate transform, cubic_coeff_a, exclude_outside, antialias, nearest_mode, extrapolation)"),
+    Function("resize_axes", ("list[int]", "list[int]", "list[number]", "list[int]", "list[number]", "str"),
+             "list[list[float]]", _resize_axes,
+             doc="per dim [scale, roi_lo, roi_hi] of an ONNX Resize (input and output shapes, scales, axes, roi, "
+                 "keep_aspect_ratio_policy)"),
+    Function("upper", ("str",), "str", str.upper, doc="the string in upper case (ONNX mode names as QNN enum names)"),
+    Function("kernel_taps", ("list[int]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[tensor]",
+             _kernel_taps, doc="[ys, xs] [1, kh·kw, oh, ow]: input positions of each tap of a 2-D convolution "
+                               "(out, kernel, strides, pads, dilations)"),
+    Function("eye", ("int", "dtype"), "tensor", _eye, doc="[n, n] identity matrix"),
+    Function("ints", ("tensor",), "list[int]", _ints, doc="static integer data (a shape input) as a list"),
+    Function("tile_tensor", ("tensor", "list[int]"), "tensor", _tile_tensor,
+             doc="static data repeated along each dim (numpy tile)"),
+)
