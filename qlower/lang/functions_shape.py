@@ -232,6 +232,23 @@ def _band_bias(rows: int, cols: int, lo: int, hi: int) -> np.ndarray:
     return np.where(_band_mask(rows, cols, lo, hi, "bool"), np.float32(0), np.float32(-np.inf)).astype(np.float32)
 
 
+def _nonzero_positions(t, n: int) -> list[int]:
+    """Positions below n where static data is non-zero (Compress with a constant condition)."""
+    flat = np.asarray(t).reshape(-1)[: int(n)]
+    return [int(i) for i in np.flatnonzero(flat)]
+
+
+def _axes_pads(pads: list[int], axes: list[int], rank: int) -> list[int]:
+    """ONNX Pad's [begins..., ends...] for some axes → the same for every axis (0 elsewhere)."""
+    axes = _normdims(axes, rank) if axes else list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise EvalError(f"{len(pads)} pads for {len(axes)} axes")
+    out = [0] * (2 * rank)
+    for i, a in enumerate(axes):
+        out[a], out[rank + a] = int(pads[i]), int(pads[len(axes) + i])
+    return out
+
+
 SHAPE_FUNCTIONS: tuple[Function, ...] = (
     Function("band_mask", ("int", "int", "int", "int", "dtype"), "tensor", _band_mask,
              doc="[rows, cols] 1/0 mask of the band lo <= j - i <= hi (Trilu, causal and window masks)"),
@@ -239,6 +256,10 @@ SHAPE_FUNCTIONS: tuple[Function, ...] = (
              doc="[StridedSlice ranges, Pad amounts] that center-crop or pad a shape to sizes on some axes"),
     Function("band_bias", ("int", "int", "int", "int"), "tensor", _band_bias,
              doc="[rows, cols] float32 bias: 0 in the band lo <= j - i <= hi, -inf outside"),
+    Function("nonzero_positions", ("tensor", "int"), "list[int]", _nonzero_positions,
+             doc="positions below n where static data is non-zero"),
+    Function("axes_pads", ("list[int]", "list[int]", "int"), "list[int]", _axes_pads,
+             doc="Pad's [begins..., ends...] for some axes → for all axes of a rank"),
     Function("normdims", ("list[int]", "int"), "list[int]", _normdims, doc="normdim of every dim in a list"),
     Function("strided_ranges", ("list[int]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[list[int]]",
              _strided_ranges, doc="numpy-style slices (starts, ends, axes, steps) of a shape → StridedSlice ranges"),
