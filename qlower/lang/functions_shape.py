@@ -249,6 +249,21 @@ def _axes_pads(pads: list[int], axes: list[int], rank: int) -> list[int]:
     return out
 
 
+def _pad_indices(n: int, before: int, after: int, mode: str) -> list[int]:
+    """Source positions of a dim of n padded by ONNX Pad's edge, reflect or wrap (numpy's pad modes)."""
+    if mode not in ("edge", "reflect", "wrap") or n < 1 or before < 0 or after < 0:
+        raise EvalError(f"no {mode} padding of a dim of {n} by {before}, {after}")
+    if mode == "reflect" and n < 2:
+        raise EvalError("reflect padding needs a dim of 2 or more")
+    return [int(i) for i in np.pad(np.arange(int(n)), (int(before), int(after)), mode=mode)]
+
+
+def _first_padded_axis(pads: list[int]) -> int:
+    """The first axis with non-zero padding in [begins..., ends...], or -1."""
+    r = len(pads) // 2
+    return next((d for d in range(r) if int(pads[d]) != 0 or int(pads[r + d]) != 0), -1)
+
+
 SHAPE_FUNCTIONS: tuple[Function, ...] = (
     Function("band_mask", ("int", "int", "int", "int", "dtype"), "tensor", _band_mask,
              doc="[rows, cols] 1/0 mask of the band lo <= j - i <= hi (Trilu, causal and window masks)"),
@@ -260,6 +275,10 @@ SHAPE_FUNCTIONS: tuple[Function, ...] = (
              doc="positions below n where static data is non-zero"),
     Function("axes_pads", ("list[int]", "list[int]", "int"), "list[int]", _axes_pads,
              doc="Pad's [begins..., ends...] for some axes → for all axes of a rank"),
+    Function("pad_indices", ("int", "int", "int", "str"), "list[int]", _pad_indices,
+             doc="source positions of a dim padded by ONNX Pad's edge, reflect or wrap mode"),
+    Function("first_padded_axis", ("list[int]",), "int", _first_padded_axis,
+             doc="the first axis with non-zero padding in [begins..., ends...], or -1"),
     Function("normdims", ("list[int]", "int"), "list[int]", _normdims, doc="normdim of every dim in a list"),
     Function("strided_ranges", ("list[int]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[list[int]]",
              _strided_ranges, doc="numpy-style slices (starts, ends, axes, steps) of a shape → StridedSlice ranges"),
