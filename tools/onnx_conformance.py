@@ -6,7 +6,8 @@ QNN reference kernels and compared with the outputs ONNX ships with the case.
 
 *Importable* cases: default-domain ops without subgraphs (no control flow), tensor inputs and
 outputs only (no sequences, optionals, maps), of element types QNN represents (no strings,
-float64, float8, bfloat16, int4/uint4, complex), and deterministic (no random-number ops).
+float64, float8, bfloat16, int4/uint4, complex), and deterministic (no random-number ops, no Dropout
+in training mode with a ratio above 0).
 Parameter-like inputs (shapes, axes, k, scales, pads, weights and statistics a deployed model
 holds as initializers) are frozen into constants holding the case's data.
 
@@ -125,7 +126,24 @@ def importable(case) -> str | None:
     inputs, outputs = case_data(case)
     if any(not isinstance(a, np.ndarray) for a in list(inputs) + list(outputs)):
         return "non-tensor data"
+    if _training_dropout(g, inputs):
+        return "random"
     return None
+
+
+def _training_dropout(graph, inputs: list) -> bool:
+    """A Dropout in training mode with a ratio above 0: its mask comes from numpy's random generator."""
+    from onnx import numpy_helper
+
+    data = {i.name: a for i, a in zip(graph.input, inputs)}
+    data.update({t.name: numpy_helper.to_array(t) for t in graph.initializer})
+    for n in graph.node:
+        if n.op_type != "Dropout" or len(n.input) < 3 or n.input[2] not in data:
+            continue
+        ratio = data.get(n.input[1], 0.5) if n.input[1] else 0.5
+        if bool(np.asarray(data[n.input[2]]).reshape(-1)[0]) and float(np.asarray(ratio).reshape(-1)[0]) > 0:
+            return True
+    return False
 
 
 def param_names(model) -> set[str]:

@@ -84,6 +84,33 @@ def fold_empty(graph: Graph, concat_types: tuple[str, ...] = ()) -> int:
     return changed
 
 
+def fold_shape_ops(graph: Graph, shape_type: str, size_type: str) -> int:
+    """Shape and Size ops whose input shape is known become static data, as the frontend does on import.
+
+    Shapes that only folding or one-node inference revealed (a Pad whose pads were computed from
+    constants) are found after import; their Shape feeds further folding. Returns how many changed.
+    """
+    changed = 0
+    for op in graph.topo_order():
+        if op.type not in (shape_type, size_type) or not op.operands or op.operands[0] is None:
+            continue
+        x, (r,) = op.operands[0], op.results
+        if x.shape is None or x.quant is not None:
+            continue
+        dims = [int(d) for d in x.shape]
+        if op.type == size_type:
+            data = np.asarray(int(np.prod(dims)))
+        else:
+            data = np.asarray(dims[slice(int(op.attrs.get("start", 0)), int(op.attrs.get("end", len(dims))))])
+        graph.detach_op(op)
+        r.data = data.astype(r.dtype if r.dtype is not None else np.int32)
+        if r.shape is None:
+            r.shape = tuple(data.shape)
+        _drop_unused(graph, [x])
+        changed += 1
+    return changed
+
+
 def produce_constant_outputs(graph: Graph, identity_type: str) -> int:
     """Give every graph output that folded to a constant an op that produces it.
 

@@ -91,7 +91,7 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
     base_dir = None if isinstance(source, onnx.ModelProto) else Path(source).parent
     builder = GraphBuilder(inferred, opset, base_dir=base_dir)
     graph = builder.build()
-    from qlower.frontends.fold import fold_constants, fold_empty, produce_constant_outputs
+    from qlower.frontends.fold import fold_constants, fold_empty, fold_shape_ops, produce_constant_outputs
     from qlower.reference.onnx_kernels import OnnxKernels
 
     kernels = {"onnx": OnnxKernels()}
@@ -100,6 +100,10 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
         fold_constants(graph, kernels)
     builder.promote_params(graph)
     builder.infer_missing(graph)
+    while fold and fold_shape_ops(graph, "onnx.Shape", "onnx.Size"):  # shapes found only after folding
+        fold_constants(graph, kernels)
+        builder.promote_params(graph)
+        builder.infer_missing(graph)
     if fold and fold_empty(graph, _CONCAT):  # empties whose shapes only one-node inference found
         fold_constants(graph, kernels)
         builder.promote_params(graph)

@@ -96,6 +96,28 @@ def _all_finite(t) -> bool:
     return bool(np.all(np.isfinite(np.asarray(t, dtype=np.float64))))
 
 
+def _transpose_collapse(shape: list[int], perm: list[int]) -> list[list[int]]:
+    """[shape, perm] of the lowest-rank Transpose that moves the same data as `perm` on `shape`.
+
+    Unit dims vanish, and input dims that stay next to each other, in order, in the output
+    merge: DepthToSpace/SpaceToDepth spelled out as a rank-6 reshape and transpose need rank 4.
+    """
+    if sorted(int(p) for p in perm) != list(range(len(shape))):
+        raise EvalError(f"{perm} is not a permutation of the dims of {shape}")
+    keep = [i for i, n in enumerate(shape) if int(n) != 1]
+    order = [keep.index(int(p)) for p in perm if int(shape[int(p)]) != 1]
+    groups: list[list[int]] = []
+    for p in order:
+        if groups and groups[-1][-1] + 1 == p:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    by_input = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    dims = [int(np.prod([int(shape[keep[i]]) for i in groups[g]])) for g in by_input]
+    new_perm = [by_input.index(g) for g in range(len(groups))]
+    return [dims or [1], new_perm or [0]]
+
+
 LIMIT_FUNCTIONS: tuple[Function, ...] = (
     Function("batch_collapse", ("list[int]", "list[int]"), "list[list[int]]", _batch_collapse,
              doc="[a, b] batch dims of two broadcasting operands with adjacent dims that broadcast alike merged"),
@@ -103,6 +125,8 @@ LIMIT_FUNCTIONS: tuple[Function, ...] = (
     Function("int_range", ("dtype",), "list[int]", _int_range, doc="[min, max] of an integer dtype"),
     Function("tile_collapse", ("list[int]", "list[int]"), "list[list[int]]", _tile_collapse,
              doc="[shape, multiples] of the lowest-rank Tile equal to tiling shape by multiples"),
+    Function("transpose_collapse", ("list[int]", "list[int]"), "list[list[int]]", _transpose_collapse,
+             doc="[shape, perm] of the lowest-rank Transpose equal to transposing shape by perm"),
     Function("broadcast_collapse", ("list[int]", "list[int]"), "list[list[int]]", _broadcast_collapse,
              doc="[shape, multiples] of the lowest-rank Tile that broadcasts shape to target"),
 )

@@ -273,6 +273,63 @@ def _band_bias(rows: int, cols: int, lo: int, hi: int) -> np.ndarray:
     return np.where(_band_mask(rows, cols, lo, hi, "bool"), np.float32(0), np.float32(-np.inf)).astype(np.float32)
 
 
+def _nonzero_positions(t, n: int) -> list[int]:
+    """Positions below n where static data is non-zero (Compress with a constant condition)."""
+    flat = np.asarray(t).reshape(-1)[: int(n)]
+    return [int(i) for i in np.flatnonzero(flat)]
+
+
+def _axes_pads(pads: list[int], axes: list[int], rank: int) -> list[int]:
+    """ONNX Pad's [begins..., ends...] for some axes → the same for every axis (0 elsewhere)."""
+    axes = _normdims(axes, rank) if axes else list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise EvalError(f"{len(pads)} pads for {len(axes)} axes")
+    out = [0] * (2 * rank)
+    for i, a in enumerate(axes):
+        out[a], out[rank + a] = int(pads[i]), int(pads[len(axes) + i])
+    return out
+
+
+def _pad_indices(n: int, before: int, after: int, mode: str) -> list[int]:
+    """Source positions of a dim of n padded by ONNX Pad's edge, reflect or wrap (numpy's pad modes)."""
+    if mode not in ("edge", "reflect", "wrap") or n < 1 or before < 0 or after < 0:
+        raise EvalError(f"no {mode} padding of a dim of {n} by {before}, {after}")
+    if mode == "reflect" and n < 2:
+        raise EvalError("reflect padding needs a dim of 2 or more")
+    return [int(i) for i in np.pad(np.arange(int(n)), (int(before), int(after)), mode=mode)]
+
+
+def _first_padded_axis(pads: list[int]) -> int:
+    """The first axis with non-zero padding in [begins..., ends...], or -1."""
+    r = len(pads) // 2
+    return next((d for d in range(r) if int(pads[d]) != 0 or int(pads[r + d]) != 0), -1)
+
+
+def _tfidf_vocab(pool: list[int]) -> list[int]:
+    """The distinct tokens of a TfIdfVectorizer pool, sorted (the columns of its one-hot table)."""
+    return sorted({int(t) for t in pool})
+
+
+def _tfidf_weights(pool: list[int], counts: list[int], indexes: list[int], lo: int, hi: int) -> np.ndarray:
+    """[V + V·V, outputs] 0/1 matrix from unigram counts (one per token) and bigram counts (one per
+    ordered token pair, row-major) to TfIdfVectorizer's output slots, for n-grams of lo..hi items."""
+    vocab = _tfidf_vocab(pool)
+    col = {t: i for i, t in enumerate(vocab)}
+    v, starts = len(vocab), [int(c) for c in counts] + [len(pool)]
+    if hi > 2 or len(counts) < 1:
+        raise EvalError("TfIdfVectorizer tables cover unigrams and bigrams only")
+    grams = []
+    for n, (a, b) in enumerate(zip(starts, starts[1:]), start=1):
+        grams += [(n, tuple(int(t) for t in pool[i:i + n])) for i in range(a, b, n)]
+    if len(grams) != len(indexes):
+        raise EvalError(f"{len(grams)} n-grams in the pool but {len(indexes)} ngram_indexes")
+    w = np.zeros((v + v * v, max(int(i) for i in indexes) + 1), np.float32)
+    for (n, g), out in zip(grams, indexes):
+        if lo <= n <= hi:
+            w[col[g[0]] if n == 1 else v + col[g[0]] * v + col[g[1]], int(out)] = 1.0
+    return w
+
+
 SHAPE_FUNCTIONS: tuple[Function, ...] = (
     Function("band_mask", ("int", "int", "int", "int", "dtype"), "tensor", _band_mask,
              doc="[rows, cols] 1/0 mask of the band lo <= j - i <= hi (Trilu, causal and window masks)"),
@@ -280,6 +337,18 @@ SHAPE_FUNCTIONS: tuple[Function, ...] = (
              doc="[StridedSlice ranges, Pad amounts] that center-crop or pad a shape to sizes on some axes"),
     Function("band_bias", ("int", "int", "int", "int"), "tensor", _band_bias,
              doc="[rows, cols] float32 bias: 0 in the band lo <= j - i <= hi, -inf outside"),
+    Function("nonzero_positions", ("tensor", "int"), "list[int]", _nonzero_positions,
+             doc="positions below n where static data is non-zero"),
+    Function("axes_pads", ("list[int]", "list[int]", "int"), "list[int]", _axes_pads,
+             doc="Pad's [begins..., ends...] for some axes → for all axes of a rank"),
+    Function("pad_indices", ("int", "int", "int", "str"), "list[int]", _pad_indices,
+             doc="source positions of a dim padded by ONNX Pad's edge, reflect or wrap mode"),
+    Function("first_padded_axis", ("list[int]",), "int", _first_padded_axis,
+             doc="the first axis with non-zero padding in [begins..., ends...], or -1"),
+    Function("tfidf_vocab", ("list[int]",), "list[int]", _tfidf_vocab,
+             doc="the distinct tokens of a TfIdfVectorizer pool, sorted"),
+    Function("tfidf_weights", ("list[int]", "list[int]", "list[int]", "int", "int"), "tensor", _tfidf_weights,
+             doc="0/1 matrix from unigram and bigram counts to TfIdfVectorizer's output slots"),
     Function("normdims", ("list[int]", "int"), "list[int]", _normdims, doc="normdim of every dim in a list"),
     Function("strided_ranges", ("list[int]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[list[int]]",
              _strided_ranges, doc="numpy-style slices (starts, ends, axes, steps) of a shape → StridedSlice ranges"),

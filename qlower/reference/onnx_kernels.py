@@ -187,6 +187,7 @@ class OnnxKernels(Mapping[str, Kernel]):
             outs: Sequence[OutSpec]) -> list[np.ndarray]:
         """Evaluate one onnx-dialect op on real-valued inputs."""
         args = [None if x is None else np.asarray(x) for x in inputs]
+        op = "ScatterElements" if op == "Scatter" else op  # Scatter-9 is ScatterElements by its old name
         if op == "DequantizeLinear" and args and args[0] is not None and args[0].dtype.kind == "f":
             return [np.asarray(args[0], np.float32)]  # already real: the operand carried the encoding
         args, attrs = with_param_inputs(op, args, attrs)
