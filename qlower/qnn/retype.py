@@ -251,9 +251,10 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
         return 0
     changed = 0
     converted: dict[tuple[str, _Target], Value] = {}
+    named = {op for c in computes for op in c.ops}
     for op in list(graph.ops):
-        if not op.type.startswith("qnn.") or op.type == "qnn.Cast":
-            continue
+        if not op.type.startswith("qnn.") or op.type == "qnn.Cast" and op.type not in named:
+            continue  # a Cast is converted only where a declaration names it
         ins = [_dt(v) for v in op.operands]
         outs = [_dt(r) for r in op.results]
         if None in outs or any(d is None for v, d in zip(op.operands, ins) if v is not None):
