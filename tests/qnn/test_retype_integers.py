@@ -117,3 +117,20 @@ def test_uint32_bitwise_not_and_left_shift_on_cpu(rules, data) -> None:
     assert r.ok
     expect = np.where(shifts < 32, a.astype(np.uint64) << np.minimum(shifts, 31).astype(np.uint64), 0).astype(np.uint32)
     np.testing.assert_array_equal(run(r.qnn, {"a": a, "b": shifts})["y"], expect)
+
+
+@pytest.mark.parametrize("op, fn", [("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or),
+                                    ("BitwiseXor", np.bitwise_xor)])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_int32_bitwise_ops_over_the_whole_range(rules, op: str, fn, data) -> None:
+    ints = hnp.arrays(np.int32, N, elements=st.one_of(
+        st.sampled_from([0, -1, 2 ** 31 - 1, -2 ** 31, 15, -16]), st.integers(-2 ** 31, 2 ** 31 - 1)))
+    a, b = data.draw(ints, label="a"), data.draw(ints, label="b")
+    node = helper.make_node(op, ["a", "b"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.INT32, [N]) for n in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [N])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    r = qlower.lower(load_onnx(model), rules, backend="cpu")
+    assert r.ok
+    np.testing.assert_array_equal(run(r.qnn, {"a": a, "b": b})["y"], fn(a, b))
