@@ -76,8 +76,8 @@ def _mapping(computes: Sequence, op_type: str, backend: str) -> dict[str, list[_
     for c in computes:
         if c.backends and backend not in c.backends:
             continue
-        if c.ops and op_type not in c.ops:
-            continue
+        if c.ops and op_type not in c.ops or not c.ops and op_type == "qnn.Cast":
+            continue  # a Cast only where a declaration names it
         target = canonical_dtype(c.target)
         for s in c.sources:
             src = canonical_dtype(s)
@@ -251,10 +251,9 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
         return 0
     changed = 0
     converted: dict[tuple[str, _Target], Value] = {}
-    named = {op for c in computes for op in c.ops}
     for op in list(graph.ops):
-        if not op.type.startswith("qnn.") or op.type == "qnn.Cast" and op.type not in named:
-            continue  # a Cast is converted only where a declaration names it
+        if not op.type.startswith("qnn."):
+            continue
         ins = [_dt(v) for v in op.operands]
         outs = [_dt(r) for r in op.results]
         if None in outs or any(d is None for v, d in zip(op.operands, ins) if v is not None):
