@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import qlower
+from qlower._resources import data_dir
 from qlower.lang.formatter import format_text
 from qlower.lang.loader import load_rules as load_rule_files
 
@@ -56,7 +57,7 @@ def _lower_and_run(rules, op: str, dtype, backend: str, a: np.ndarray, b: np.nda
     return run(result.qnn, {"a": a, "b": b})["y"]
 
 
-def _u32(values):
+def _u32():
     # the edges that a saturating or sign-misreading conversion would get wrong, and everything else
     edges = st.sampled_from([0, 1, 2 ** 16 - 1, 2 ** 16, 2 ** 31 - 1, 2 ** 31, 2 ** 31 + 1, 2 ** 32 - 1])
     return hnp.arrays(np.uint32, N, elements=st.one_of(edges, st.integers(0, 2 ** 32 - 1)))
@@ -66,7 +67,7 @@ def _u32(values):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_uint32_on_cpu_is_exact_over_the_whole_range(rules, op: str, data) -> None:
-    a, b = data.draw(_u32(None), label="a"), data.draw(_u32(None), label="b")
+    a, b = data.draw(_u32(), label="a"), data.draw(_u32(), label="b")
     got = _lower_and_run(rules, op, np.uint32, "cpu", a, b)
     np.testing.assert_array_equal(got, _EXPECT[op](a, b))
 
@@ -108,7 +109,7 @@ def _unary_or_shift_model(op: str, attrs: dict) -> "onnx.ModelProto":
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_uint32_bitwise_not_and_left_shift_on_cpu(rules, data) -> None:
-    a = data.draw(_u32(None), label="a")
+    a = data.draw(_u32(), label="a")
     shifts = data.draw(hnp.arrays(np.uint32, N, elements=st.one_of(st.integers(0, 40), st.integers(0, 2 ** 32 - 1))))
     r = qlower.lower(load_onnx(_unary_or_shift_model("BitwiseNot", {})), rules, backend="cpu")
     assert r.ok
@@ -134,3 +135,28 @@ def test_int32_bitwise_ops_over_the_whole_range(rules, op: str, fn, data) -> Non
     r = qlower.lower(load_onnx(model), rules, backend="cpu")
     assert r.ok
     np.testing.assert_array_equal(run(r.qnn, {"a": a, "b": b})["y"], fn(a, b))
+
+
+def _cast_model() -> "onnx.ModelProto":
+    node = helper.make_node("Cast", ["a"], ["y"], to=TensorProto.UINT8)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [N])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [N])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_a_cast_is_converted_only_where_a_declaration_names_it(rules, tmp_path: Path) -> None:
+    # HTP runs float as float16, and its Cast takes no float16 -> uint8: casts.qpat routes it via float32
+    result = qlower.lower(load_onnx(_cast_model()), rules, backend="htp")
+    assert result.ok, [str(e) for e in result.errors]
+    x = np.array([-3.0, 0.0, 1.5, 254.9, 255.0, 300.0], dtype=np.float32)
+    np.testing.assert_array_equal(run(result.qnn, {"a": x})["y"], [0, 0, 1, 254, 255, 255])
+    # without that declaration the unrestricted `compute f16 as f32` leaves the Cast alone
+    pack = data_dir("patterns") / "onnx"
+    copy = tmp_path / "onnx"
+    copy.mkdir()
+    for f in pack.glob("*.qpat"):
+        text = f.read_text(encoding="utf-8")
+        (copy / f.name).write_text(text.replace("compute f16 as f32 for qnn.Cast backends(htp)\n", ""), encoding="utf-8")
+    bare = qlower.load_rules([copy])
+    result = qlower.lower(load_onnx(_cast_model()), bare, backend="htp")
+    assert not result.ok and "FLOAT_16" in str(result.errors[0])
