@@ -147,6 +147,7 @@ class ComputeDecl:
     backends: tuple[str, ...] | None = None
     doc: str | None = None
     span: Span = _span()
+    wrapping: bool = False  # integer results wrap into the source type (two's complement), as ONNX's do
 
 
 @node

@@ -162,15 +162,20 @@ class Builder(Transformer):
 
     # declarations
     def compute_decl(self, meta, ch):
-        names, ops, backends = [], (), None
+        names, ops, backends, wrapping = [], (), None, False
         for c in ch:
-            if isinstance(c, tuple) and c and c[0] == "ops":
+            if isinstance(c, tuple) and c and c[0] == "wrap":
+                wrapping = True
+            elif isinstance(c, tuple) and c and c[0] == "ops":
                 ops = c[1]
             elif isinstance(c, tuple) and c and c[0] == "backends":
                 backends = c[1]
             else:
                 names.append(str(c))
-        return ast.ComputeDecl(tuple(names[:-1]), names[-1], ops, backends, span=self._s(meta))
+        return ast.ComputeDecl(tuple(names[:-1]), names[-1], ops, backends, span=self._s(meta), wrapping=wrapping)
+
+    def compute_wrap(self, meta, ch):
+        return ("wrap", True)
 
     def compute_ops(self, meta, ch):
         return ("ops", tuple(str(c) for c in ch))

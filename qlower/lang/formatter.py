@@ -158,7 +158,7 @@ class _Printer:
         if isinstance(item, ast.MapDecl):
             return map_lines(item)
         if isinstance(item, ast.ComputeDecl):
-            return [f"compute {', '.join(item.sources)} as {item.target}"
+            return [f"compute {', '.join(item.sources)} as {item.target}" + (" wrapping" if item.wrapping else "")
                     + (f" for {', '.join(item.ops)}" if item.ops else "") + backends_text(item.backends)]
         saved, self.lines = self.lines, []
         try:

@@ -1,12 +1,23 @@
 """Datatypes a backend's op lacks, computed in another one behind Casts (the packs' `compute` declarations).
 
 After lowering, a QNN op whose input/output datatypes match no datatype row of the backend is
-retried with some of its dtypes replaced as a `compute SRC... as DST [for OPS] [backends(...)]`
-declaration allows: when the op takes the replaced datatypes, and the backend's Cast converts
-each replaced input to DST and each replaced output back, Casts are put around the op (static
-inputs are converted in place). The declarations state which replacements are exact for which
-ops (e.g. int8 → int32 for every op: an embedding; uint32 → int32 only for wrapping arithmetic);
-the pass only checks what the op definitions allow.
+retried with some of its dtypes replaced as a `compute SRC... as DST [wrapping] [for OPS]
+[backends(...)]` declaration allows: when the op takes the replaced datatypes and the backend has
+the ops that convert each replaced input to DST and each replaced output back, those conversions
+are put around the op (static inputs are converted in place). The declarations state which
+replacements are exact for which ops; the pass only checks what the op definitions allow.
+
+Conversions are exact or not made:
+
+- DST holds every SRC value (uint8 → int32, float16 → float32): a Cast each way. With `wrapping`
+  an integer result is first reduced into SRC's range the way two's complement wraps (QNN's Cast
+  saturates), with integer Divide/Multiply/Subtract/Less/Select/Add.
+- uint32 → int32 (the one same-width pair): a Cast would saturate values of 2^31 and above, so the
+  value is split into 16-bit halves (wrapping uint32 Multiply, float32 arithmetic exact to well
+  under half a unit) and rebuilt in int32: as x − 2^31 (order kept: comparisons, extrema) or, with
+  `wrapping`, as the two's-complement int32 of the same bits (Add, Subtract, Multiply). The result
+  is rebuilt as a uint32 from int32 pieces below 2^31 with wrapping uint32 Multiply
+  (2^31 + w = (2^31 + 1)·w for odd w, 2·(2^30 + w/2) for even w).
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+import attrs
 import numpy as np
 
 from qlower.graph.core import Graph, Op, Provenance, Value
@@ -28,6 +40,24 @@ _DT = {
     "float16": DataType.FLOAT_16, "float32": DataType.FLOAT_32, "float64": DataType.FLOAT_64, "bool": DataType.BOOL_8,
 }
 _MAX_KINDS = 4  # distinct replaceable dtypes tried per op (2^k subsets)
+_I32, _U32, _F32, _B = DataType.INT_32, DataType.UINT_32, DataType.FLOAT_32, DataType.BOOL_8
+
+# The QNN ops (and their datatypes) each kind of conversion is built from.
+_WRAP_OPS = (("ElementWiseDivide", [_I32, _I32], [_I32]), ("ElementWiseMultiply", [_I32, _I32], [_I32]),
+             ("ElementWiseSubtract", [_I32, _I32], [_I32]), ("ElementWiseAdd", [_I32, _I32], [_I32]),
+             ("ElementWiseLess", [_I32, _I32], [_B]), ("ElementWiseGreaterEqual", [_I32, _I32], [_B]),
+             ("ElementWiseSelect", [_B, _I32, _I32], [_I32]))
+_U32_IN_OPS = (("ElementWiseMultiply", [_U32, _U32], [_U32]), ("Cast", [_U32], [_F32]),
+               ("ElementWiseDivide", [_F32, _F32], [_F32]), ("ElementWiseSubtract", [_F32, _F32], [_F32]),
+               ("ElementWiseRound", [_F32], [_F32]), ("Cast", [_F32], [_I32]), *_WRAP_OPS)
+_U32_OUT_OPS = (*_WRAP_OPS, ("ElementWiseEqual", [_I32, _I32], [_B]), ("Cast", [_I32], [_U32]),
+                ("ElementWiseMultiply", [_U32, _U32], [_U32]))
+
+
+@attrs.frozen
+class _Target:
+    dtype: str  # numpy dtype name
+    wrapping: bool
 
 
 def _dt(v: Value | None) -> DataType | None:
@@ -36,28 +66,74 @@ def _dt(v: Value | None) -> DataType | None:
     return _DT.get(np.dtype(v.dtype).name) if v.quant is None else None
 
 
-def _mapping(computes: Sequence, op_type: str, backend: str) -> dict[str, list[str]]:
-    """Source dtype name → the target dtype names declared for this op and backend, in order."""
-    out: dict[str, list[str]] = {}
+def _name(v: Value) -> str:
+    return np.dtype(v.dtype).name
+
+
+def _mapping(computes: Sequence, op_type: str, backend: str) -> dict[str, list[_Target]]:
+    """Source dtype name → the targets declared for this op and backend, in order."""
+    out: dict[str, list[_Target]] = {}
     for c in computes:
         if c.backends and backend not in c.backends:
             continue
-        if c.ops and op_type not in c.ops:
-            continue
+        if c.ops and op_type not in c.ops or not c.ops and op_type == "qnn.Cast":
+            continue  # a Cast only where a declaration names it
         target = canonical_dtype(c.target)
         for s in c.sources:
             src = canonical_dtype(s)
-            if src and target and target not in out.setdefault(src, []):
-                out[src].append(target)
+            t = _Target(target, bool(getattr(c, "wrapping", False))) if target else None
+            if src and t and t not in out.setdefault(src, []):
+                out[src].append(t)
     return out
 
 
-def _choice(op: Op, mapping: dict[str, list[str]], registry: OpDefRegistry, backend: str) -> dict[str, str] | None:
-    """The replacement (dtype name → dtype name) that makes `op` and its Casts valid, or None."""
+def _holds(src: str, dst: str) -> bool:
+    """Whether every value of dtype `src` is a value of dtype `dst`."""
+    s, d = np.dtype(src), np.dtype(dst)
+    if s == np.bool_:
+        return True
+    if np.issubdtype(d, np.floating):
+        return np.issubdtype(s, np.floating) and s.itemsize <= d.itemsize or (
+            np.issubdtype(s, np.integer) and np.iinfo(s).bits < np.finfo(d).nmant + 1)
+    if np.issubdtype(s, np.integer) and np.issubdtype(d, np.integer):
+        return np.iinfo(d).min <= np.iinfo(s).min and np.iinfo(s).max <= np.iinfo(d).max
+    return False
+
+
+def _is_u32_i32(src: str, dst: str) -> bool:
+    return src == "uint32" and dst == "int32"
+
+
+def _needs_wrap(src: str, dst: str, t: _Target) -> bool:
+    return t.wrapping and np.issubdtype(np.dtype(src), np.integer) and not _holds(dst, src)
+
+
+def _all_allowed(registry: OpDefRegistry, backend: str, ops: Sequence) -> bool:
+    return all(datatypes_allowed(registry, op, backend, ins, outs) for op, ins, outs in ops)
+
+
+def _conversions_ok(registry: OpDefRegistry, backend: str, src: str, t: _Target, into: bool, back: bool) -> bool:
+    """Whether the backend has the ops to convert `src` into `t` (`into`) and the result back (`back`)."""
+    dst = t.dtype
+    if _is_u32_i32(src, dst):
+        return (not into or _all_allowed(registry, backend, _U32_IN_OPS)) and (
+            not back or _all_allowed(registry, backend, _U32_OUT_OPS))
+    if into and not (_holds(src, dst) and datatypes_allowed(registry, "Cast", backend, [_DT[src]], [_DT[dst]])):
+        return False
+    if back:
+        if not datatypes_allowed(registry, "Cast", backend, [_DT[dst]], [_DT[src]]):
+            return False
+        if _needs_wrap(src, dst, t) and not (dst == "int32" and _all_allowed(registry, backend, _WRAP_OPS)):
+            return False
+    return True
+
+
+def _choice(op: Op, mapping: dict[str, list[_Target]], registry: OpDefRegistry, backend: str) -> dict[str, _Target] | None:
+    """The replacement (dtype name → target) that makes `op` and its conversions valid, or None."""
     values = [*op.operands, *op.results]
     if any(v is not None and _dt(v) is None for v in values):
         return None  # quantized or unrepresentable: not this pass's business
-    kinds = sorted({np.dtype(v.dtype).name for v in values if v is not None} & set(mapping))
+    kinds = sorted({_name(v) for v in values if v is not None} & set(mapping))
     if not kinds or len(kinds) > _MAX_KINDS:
         return None
     t = op.type[4:]
@@ -67,34 +143,116 @@ def _choice(op: Op, mapping: dict[str, list[str]], registry: OpDefRegistry, back
                 swap = dict(zip(subset, targets))
 
                 def dts(vs):
-                    return [None if v is None else _DT[swap.get(np.dtype(v.dtype).name, np.dtype(v.dtype).name)]
+                    return [None if v is None else _DT[swap[_name(v)].dtype if _name(v) in swap else _name(v)]
                             for v in vs]
 
                 if not datatypes_allowed(registry, t, backend, dts(op.operands), dts(op.results)):
                     continue
-                casts_ok = all(
-                    datatypes_allowed(registry, "Cast", backend, [_DT[a]], [_DT[b]])
-                    for k, tgt in swap.items()
-                    for a, b, used in ((k, tgt, any(v is not None and v.data is None and np.dtype(v.dtype).name == k
-                                                    for v in op.operands)),
-                                       (tgt, k, any(np.dtype(r.dtype).name == k for r in op.results)))
-                    if used)
-                if casts_ok:
+                if all(_conversions_ok(registry, backend, k, tgt,
+                                       any(v is not None and v.data is None and _name(v) == k for v in op.operands),
+                                       any(_name(r) == k for r in op.results))
+                       for k, tgt in swap.items()):
                     return swap
     return None
 
 
+class _Builder:
+    """Adds the ops of one conversion to the graph, next to the op they serve."""
+
+    def __init__(self, graph: Graph, prov: Provenance, base: str, shape) -> None:
+        self.g, self.prov, self.base, self.shape = graph, prov, base, shape
+
+    def const(self, value, dtype: str) -> Value:
+        return self.g.add_value(self.g.fresh_value_name(f"{self.base}.k"), np.dtype(dtype), [1],
+                                data=np.array([value], dtype=dtype))
+
+    def op(self, qtype: str, operands: Sequence[Value], dtype: str, into: Value | None = None) -> Value:
+        out = into if into is not None else self.g.add_value(self.g.fresh_value_name(f"{self.base}.t"),
+                                                              np.dtype(dtype), self.shape)
+        self.g.add_op(self.g.fresh_op_name(f"{self.base}.{qtype.removeprefix('ElementWise').lower()}"),
+                      f"qnn.{qtype}", list(operands), [out], {}, self.prov)
+        return out
+
+    def bin(self, qtype: str, a: Value, b, dtype: str = "int32") -> Value:
+        bv = b if isinstance(b, Value) else self.const(b, _name(a))
+        out = "bool" if qtype in ("ElementWiseLess", "ElementWiseGreaterEqual", "ElementWiseEqual") else dtype
+        return self.op(qtype, [a, bv], out)
+
+    def select(self, c: Value, a, b) -> Value:
+        av = a if isinstance(a, Value) else self.const(a, "int32")
+        bv = b if isinstance(b, Value) else self.const(b, "int32")
+        return self.op("ElementWiseSelect", [c, av, bv], "int32")
+
+    def floor_divmod(self, v: Value, m: int) -> tuple[Value, Value]:
+        """q, r with v = q·m + r and 0 <= r < m (int32, m > 0; integer Divide truncates)."""
+        q = self.bin("ElementWiseDivide", v, m)
+        r = self.bin("ElementWiseSubtract", v, self.bin("ElementWiseMultiply", q, m))
+        neg = self.bin("ElementWiseLess", r, 0)
+        return (self.select(neg, self.bin("ElementWiseSubtract", q, 1), q),
+                self.select(neg, self.bin("ElementWiseAdd", r, m), r))
+
+    def wrap(self, v: Value, src: str) -> Value:
+        """v (int32) reduced into `src`'s range modulo 2^bits, as two's complement arithmetic wraps."""
+        info = np.iinfo(np.dtype(src))
+        _, r = self.floor_divmod(v, 1 << info.bits)
+        if info.min < 0:
+            hi = self.bin("ElementWiseGreaterEqual", r, info.max + 1)
+            r = self.select(hi, self.bin("ElementWiseSubtract", r, 1 << info.bits), r)
+        return r
+
+    def u32_to_i32(self, x: Value, wrapping: bool) -> Value:
+        """x (uint32) as int32: x − 2^31 (order kept), or with `wrapping` the same 32 bits."""
+        low = self.op("Cast", [self.bin("ElementWiseMultiply", x, 65536, "uint32")], "float32")
+        lo_f = self.bin("ElementWiseDivide", low, 65536.0, "float32")  # x mod 2^16, exactly
+        xf = self.op("Cast", [x], "float32")  # within 2^7 of x
+        d = self.bin("ElementWiseDivide", self.bin("ElementWiseSubtract", xf, lo_f, "float32"), 65536.0, "float32")
+        hi = self.op("Cast", [self.op("ElementWiseRound", [d], "float32")], "int32")  # x div 2^16
+        lo = self.op("Cast", [lo_f], "int32")
+        if wrapping:
+            h = self.select(self.bin("ElementWiseGreaterEqual", hi, 32768), self.bin("ElementWiseSubtract", hi, 65536), hi)
+        else:
+            h = self.bin("ElementWiseSubtract", hi, 32768)
+        return self.bin("ElementWiseAdd", self.bin("ElementWiseMultiply", h, 65536), lo)
+
+    def i32_to_u32(self, v: Value, wrapping: bool, into: Value) -> Value:
+        """The uint32 that `u32_to_i32(·, wrapping)` maps to v."""
+        q, r = self.floor_divmod(v, 65536)  # q in [-2^15, 2^15), r in [0, 2^16)
+        if wrapping:
+            hi = self.select(self.bin("ElementWiseLess", q, 0), self.bin("ElementWiseAdd", q, 65536), q)
+        else:
+            hi = self.bin("ElementWiseAdd", q, 32768)
+        big = self.bin("ElementWiseGreaterEqual", hi, 32768)  # the result is 2^31 + w
+        w = self.bin("ElementWiseAdd", self.bin("ElementWiseMultiply", self.select(
+            big, self.bin("ElementWiseSubtract", hi, 32768), hi), 65536), r)
+        half = self.bin("ElementWiseDivide", w, 2)
+        odd = self.bin("ElementWiseEqual", self.bin("ElementWiseSubtract", w, self.bin("ElementWiseMultiply", half, 2)), 1)
+        t = self.select(big, self.select(odd, w, self.bin("ElementWiseAdd", half, 1 << 30)), w)
+        p = self.select(big, self.select(odd, 3, 2), 1)
+        s = self.select(big, self.select(odd, 715827883, 1), 1)  # 3 · 715827883 = 2^31 + 1
+        cast = [self.op("Cast", [a], "uint32") for a in (t, p, s)]
+        return self.op("ElementWiseMultiply", [self.bin("ElementWiseMultiply", cast[0], cast[1], "uint32"), cast[2]],
+                       "uint32", into)
+
+
+def _static(data: np.ndarray, src: str, t: _Target) -> np.ndarray:
+    """A constant converted as `u32_to_i32`/Cast would convert it at run time."""
+    arr = np.asarray(data)
+    if _is_u32_i32(src, t.dtype):
+        return arr.astype(np.uint32).view(np.int32) if t.wrapping else (arr.astype(np.int64) - 2 ** 31).astype(np.int32)
+    return arr.astype(t.dtype)
+
+
 def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDefRegistry, backend: str) -> int:
-    """Put Casts around the QNN ops of `graph` whose datatypes `backend` lacks, as `computes` allow.
+    """Put conversions around the QNN ops of `graph` whose datatypes `backend` lacks, as `computes` allow.
 
     Returns how many ops were changed. Ops the backend already takes are left alone.
     """
     if not computes:
         return 0
     changed = 0
-    casts: dict[tuple[str, str], Value] = {}
+    converted: dict[tuple[str, _Target], Value] = {}
     for op in list(graph.ops):
-        if not op.type.startswith("qnn.") or op.type == "qnn.Cast":
+        if not op.type.startswith("qnn."):
             continue
         ins = [_dt(v) for v in op.operands]
         outs = [_dt(r) for r in op.results]
@@ -108,25 +266,32 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
             continue
         prov = Provenance(f"compute {'/'.join(sorted(swap))}", "qlower/qnn/retype.py", op.name)
         for i, v in enumerate(list(op.operands)):
-            if v is None or np.dtype(v.dtype).name not in swap:
+            if v is None or _name(v) not in swap:
                 continue
-            target = swap[np.dtype(v.dtype).name]
-            nv = casts.get((v.name, target))
+            src, t = _name(v), swap[_name(v)]
+            nv = converted.get((v.name, t))
             if nv is None:
+                b = _Builder(graph, prov, f"{v.name}.to_{t.dtype}", v.shape)
                 if v.data is not None and not v.is_input:
-                    nv = graph.add_value(graph.fresh_value_name(f"{v.name}.{target}"), np.dtype(target), v.shape,
-                                         data=np.asarray(v.data).astype(target))
+                    nv = graph.add_value(graph.fresh_value_name(f"{v.name}.{t.dtype}"), np.dtype(t.dtype), v.shape,
+                                         data=_static(v.data, src, t))
+                elif _is_u32_i32(src, t.dtype):
+                    nv = b.u32_to_i32(v, t.wrapping)
                 else:
-                    nv = graph.add_value(graph.fresh_value_name(f"{v.name}.{target}"), np.dtype(target), v.shape)
-                    graph.add_op(graph.fresh_op_name(f"{v.name}.to_{target}"), "qnn.Cast", [v], [nv], {}, prov)
-                casts[(v.name, target)] = nv
+                    nv = b.op("Cast", [v], t.dtype)
+                converted[(v.name, t)] = nv
             graph.set_operand(op, i, nv)
         for j, r in enumerate(list(op.results)):
-            if np.dtype(r.dtype).name not in swap:
+            if _name(r) not in swap:
                 continue
-            target = swap[np.dtype(r.dtype).name]
-            nv = graph.add_value(graph.fresh_value_name(f"{r.name}.{target}"), np.dtype(target), r.shape)
+            src, t = _name(r), swap[_name(r)]
+            nv = graph.add_value(graph.fresh_value_name(f"{r.name}.{t.dtype}"), np.dtype(t.dtype), r.shape)
             graph.replace_result(op, j, nv)
-            graph.add_op(graph.fresh_op_name(f"{r.name}.from_{target}"), "qnn.Cast", [nv], [r], {}, prov)
+            b = _Builder(graph, prov, f"{r.name}.from_{t.dtype}", r.shape)
+            if _is_u32_i32(src, t.dtype):
+                b.i32_to_u32(nv, t.wrapping, r)
+            else:
+                b.op("Cast", [b.wrap(nv, src) if _needs_wrap(src, t.dtype, t) else nv], src, r)
         changed += 1
     return changed
+
