@@ -598,3 +598,50 @@ def test_round_trip_property(g: QnnGraph) -> None:
         assert balanced(paths[1].read_text())
         again = [emit_json.dumps(g), emit_cpp.render(g)]
         assert again == [paths[0].read_text(), paths[1].read_text()]
+
+
+# ---------------------------------------------------------------- the .cpp in a child process
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="writing in a child process needs os.fork")
+@pytest.mark.parametrize("make", [rich_graph, lambda: chain_graph(300)])
+def test_parallel_save_writes_the_same_bytes(tmp_path: Path, make) -> None:
+    serial = artifacts.save(make(), tmp_path / "serial", parallel=False)
+    forked = artifacts.save(make(), tmp_path / "forked", parallel=True)
+    assert [p.name for p in serial] == [p.name for p in forked]
+    for a, b in zip(serial, forked):
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="writing in a child process needs os.fork")
+def test_a_failure_in_the_child_is_raised_and_leaves_no_files(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import signal
+
+    def broken(graph, fileobj, **kw):
+        fileobj.write(b"partial")
+        raise QlowerError("the .cpp cannot be written")
+
+    monkeypatch.setattr(emit_cpp, "write", broken)
+    with pytest.raises(QlowerError, match=r"the \.cpp cannot be written"):
+        artifacts.save(rich_graph(), tmp_path / "a", parallel=True)
+    assert list((tmp_path / "a").iterdir()) == []
+
+    def killed(graph, fileobj, **kw):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(emit_cpp, "write", killed)
+    with pytest.raises(QlowerError, match="ended with signal SIGKILL"):
+        artifacts.save(rich_graph(), tmp_path / "b", parallel=True)
+    assert list((tmp_path / "b").iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="writing in a child process needs os.fork")
+def test_a_failure_in_the_parent_stops_the_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(graph, fileobj, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(emit_json, "write", broken)
+    with pytest.raises(QlowerError, match="No space left on device"):
+        artifacts.save(chain_graph(300), tmp_path, parallel=True)
+    assert list(tmp_path.iterdir()) == []
