@@ -645,3 +645,28 @@ def test_a_failure_in_the_parent_stops_the_child(tmp_path: Path, monkeypatch: py
     with pytest.raises(QlowerError, match="No space left on device"):
         artifacts.save(chain_graph(300), tmp_path, parallel=True)
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- .cpp node templates
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_node_templates_write_what_formatting_each_node_writes(g: QnnGraph) -> None:
+    assert emit_cpp.render(g) == emit_cpp.render(g, templates=False)
+
+
+def test_node_templates_with_odd_names_and_shared_signatures() -> None:
+    """Many ops of one signature, names that are not C identifiers (renamed) or look like braces."""
+    g = chain_graph(6)
+    rename = {n: f"{n}.{{x}}/\"q\"" if i % 2 else n for i, n in enumerate(g.tensors)}
+    g.tensors = {rename[n]: t for n, t in g.tensors.items()}
+    for n, t in g.tensors.items():
+        t.name = n
+    for i, op in enumerate(g.ops):
+        op.inputs = [rename[n] for n in op.inputs]
+        op.outputs = [rename[n] for n in op.outputs]
+        op.name = f"{op.name}/{{0}}" if i % 3 == 0 else op.name
+    g.inputs, g.outputs = [rename[n] for n in g.inputs], [rename[n] for n in g.outputs]
+    text = emit_cpp.render(g)
+    assert text == emit_cpp.render(g, templates=False)
+    assert '"mm0/{0}", // Node Name' in text and '.name= "s0.{x}/\\"q\\""' in text
