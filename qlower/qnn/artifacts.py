@@ -21,6 +21,7 @@ import os
 import pickle
 import signal
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -49,10 +50,11 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
     qlower command line that produced the graph). Output is byte-identical for
     identical input. Raises QlowerError if the graph cannot be written. `progress(done, total)`
     hears of the `.bin` data bytes as they are written. `parallel` writes the `.cpp` in a
-    child process (default: from `PARALLEL_OPS` ops on, where `os.fork` exists).
+    child process (default: from `PARALLEL_OPS` ops on, where `os.fork` exists and no other
+    thread runs).
     """
-    if parallel is None:
-        parallel = len(graph.ops) >= PARALLEL_OPS
+    if parallel is None:  # forking a process that runs other threads could copy a lock some thread holds
+        parallel = len(graph.ops) >= PARALLEL_OPS and threading.active_count() == 1
     parallel = parallel and hasattr(os, "fork")
     enabled = gc.isenabled()
     gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
