@@ -99,8 +99,12 @@ def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: 
             files.append(os.fdopen(fd, "wb", buffering=_BUFFER))
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary files
         if parallel:
-            child = _Child.start(writers[1][1], files[1])  # the .cpp
-            files[1].close()  # (nothing buffered yet) the child has its own copy
+            try:
+                child = _Child.start(writers[1][1], files[1])  # the .cpp
+            except OSError:  # no process to spare (memory, process limit): write it here
+                child = None
+            else:
+                files[1].close()  # (nothing buffered yet) the child has its own copy
         for i, (_, write) in enumerate(writers):
             if child is None or i != 1:
                 _write_file(write, files[i])
@@ -135,7 +139,12 @@ class _Child:
     @classmethod
     def start(cls, write: Callable[[BinaryIO], None], f: BinaryIO) -> _Child:
         r, w = os.pipe()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            raise
         if pid == 0:  # the child: write, report, and leave without running the parent's cleanup
             code = 1
             try:

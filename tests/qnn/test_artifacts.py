@@ -670,3 +670,16 @@ def test_node_templates_with_odd_names_and_shared_signatures() -> None:
     text = emit_cpp.render(g)
     assert text == emit_cpp.render(g, templates=False)
     assert '"mm0/{0}", // Node Name' in text and '.name= "s0.{x}/\\"q\\""' in text
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="writing in a child process needs os.fork")
+def test_no_process_to_spare_writes_in_the_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    def no_fork():
+        raise OSError(12, "Cannot allocate memory")
+
+    want = artifacts.save(chain_graph(30), tmp_path / "a", parallel=False)
+    monkeypatch.setattr(os, "fork", no_fork)
+    got = artifacts.save(chain_graph(30), tmp_path / "b", parallel=True)
+    assert [p.read_bytes() for p in got] == [p.read_bytes() for p in want]
