@@ -171,16 +171,22 @@ def lower(args: argparse.Namespace) -> int:
         return 2
     _progress(args, f"loading {args.model}")
     graph = load_model(args.model, args.frontend, input_shapes=shapes)
+    # The loaded graph lives until the process ends: keep the cyclic collector from
+    # rescanning its millions of objects in every later phase (seconds each on big models),
+    # loading the rules included.
+    gc.freeze()
     rules = rules_for(args, graph)
     html_source = _html_prelude(args, graph)
-    # The loaded graph lives until the process ends: keep the cyclic collector from
-    # rescanning its millions of objects in every later phase (seconds each on big models).
-    gc.freeze()
     t_load = time.perf_counter() - t0
     _progress(args, f"lowering {len(graph)} ops for {args.backend}")
     source = _snapshot(graph) if args.verify else None
-    result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None,
-                         allow_partial=args.allow_partial, validate=not args.no_validate)
+    gc.disable()  # likewise the lowered and QNN graphs: frozen as made, never scanned
+    try:
+        result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None,
+                             allow_partial=args.allow_partial, validate=not args.no_validate)
+    finally:
+        gc.freeze()
+        gc.enable()
     diags = result.diagnostics
     if diags:
         print(render_all(diags, rules.sources), file=sys.stderr)

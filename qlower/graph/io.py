@@ -419,12 +419,16 @@ class _Loader:
         """One pass; each good node becomes an `Op` wired into its values directly (what `Graph.add_op`
         does, minus the checks this loop has already made)."""
         ops, keys, plain, make = g._ops, _NODE_KEYS, _PLAIN, Op  # noqa: SLF001 (see `tensors`)
+        get = values.__getitem__
+        empty: dict = {}
         for i, n in enumerate(nodes):
             try:
                 name, op, ins, outs = n["name"], n["op"], n["inputs"], n["outputs"]
-                attrs_ = n.get("attrs", {})
-                operands = [values[x] if x != "" else None for x in ins]
-                results = [values[x] for x in outs]
+                attrs_ = n.get("attrs", empty)
+                # (map: no comprehension frame per node; "" is an absent input, which `values` may hold as
+                # the name of a rejected tensor entry)
+                operands = [values[x] if x != "" else None for x in ins] if "" in ins else list(map(get, ins))
+                results = list(map(get, outs))
             except (KeyError, TypeError, AttributeError):
                 self.bad_node(i, n, values, g)
                 continue
@@ -433,25 +437,40 @@ class _Loader:
                     or name in ops or "" in outs):
                 self.bad_node(i, n, values, g)
                 continue
-            for r in results:
+            if len(results) == 1:
+                r = results[0]
                 if r.producer is not None:
                     self.err(f"tensor `{r.name}` is produced by two nodes: `{r.producer.name}` and `{name}`",
                              "multiple-producers", f"node {name}")
-                    break
+                    continue
             else:
+                for r in results:
+                    if r.producer is not None:
+                        self.err(f"tensor `{r.name}` is produced by two nodes: `{r.producer.name}` and `{name}`",
+                                 "multiple-producers", f"node {name}")
+                        break
+                else:
+                    r = None
+                if r is not None:
+                    continue
                 if len(outs) > 1 and len(set(outs)) != len(outs):
                     self.err(f"node `{name}` lists an output twice", "multiple-producers", f"node {name}")
                     continue
+            if attrs_:
                 for k, v in attrs_.items():
                     if type(v) not in plain and not _plain_list(v):
                         self.err(f"node `{name}`: attribute `{k}` must be a JSON scalar or list, not {_fmt(v)}",
                                  "bad-attr", f"node {name}")
-                o = ops[name] = make(name, op, attrs_, operands, results)
-                for j, v in enumerate(operands):
-                    if v is not None:
-                        v.users.append((o, j))
-                for r in results:
-                    r.producer = o
+            else:
+                attrs_ = {}  # each op its own (rewrites may set attributes)
+            o = ops[name] = make(name, op, attrs_, operands, results)
+            j = 0
+            for v in operands:
+                if v is not None:
+                    v.users.append((o, j))
+                j += 1
+            for r in results:
+                r.producer = o
 
     def bad_node(self, i: int, n: Any, values: dict[str, Value], g: Graph) -> None:
         """Explain why node #i was rejected (slow path, runs only for broken nodes)."""

@@ -12,6 +12,7 @@ import math
 import struct
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import attrs
 import numpy as np
@@ -19,6 +20,88 @@ import numpy as np
 
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
+_EOCD = struct.Struct("<4s4H2LH")  # end of central directory record
+_EOCD64_LOCATOR = struct.Struct("<4sLQL")
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")
+_CENTRAL = struct.Struct("<4s4x2H4x3L5H2L")  # central directory file header, up to the name
+_FULL = 0xFFFFFFFF
+
+
+class _Member(NamedTuple):
+    """Where a member is: what `_Npz._fast` reads of a zipfile.ZipInfo (a tuple: one per weight)."""
+
+    filename: str
+    compress_type: int
+    header_offset: int
+    file_size: int
+
+
+def _members(buf: bytes) -> dict[str, _Member] | None:
+    """The `.npy` members of a zip archive from its central directory, or None when the archive is
+    anything but a plain single-disk one (zipfile then reads it, and reports what is wrong).
+
+    One `struct` unpack per member: zipfile builds a ZipInfo with a dozen fields for each, which on
+    an npz of 250k weights costs seconds."""
+    end = buf.rfind(b"PK\x05\x06", max(0, len(buf) - (1 << 16) - _EOCD.size))
+    if end < 0 or end + _EOCD.size > len(buf):
+        return None
+    sig, disk, cd_disk, _, count, size, offset, _ = _EOCD.unpack_from(buf, end)
+    if disk or cd_disk:
+        return None
+    if count == 0xFFFF or size == _FULL or offset == _FULL:
+        loc = end - _EOCD64_LOCATOR.size
+        if loc < 0 or not buf.startswith(b"PK\x06\x07", loc):
+            return None
+        rec = _EOCD64_LOCATOR.unpack_from(buf, loc)[2]
+        if rec + _EOCD64.size > len(buf) or not buf.startswith(b"PK\x06\x06", rec):
+            return None
+        _, _, _, _, disk, cd_disk, _, count, size, offset = _EOCD64.unpack_from(buf, rec)
+        if disk or cd_disk:
+            return None
+    out: dict[str, _Member] = {}
+    pos, stop = offset, offset + size
+    unpack, hsize, member = _CENTRAL.unpack_from, _CENTRAL.size, _Member
+    try:
+        for _ in range(count):
+            sig, flags, method, _, csize, usize, nlen, xlen, clen, disk, _, _, loff = unpack(buf, pos)
+            if sig != b"PK\x01\x02" or flags & 1 or disk:  # (encrypted, or on another disk)
+                return None
+            npos = pos + hsize
+            raw = buf[npos:npos + nlen]
+            name = raw.decode("utf-8") if flags & 0x800 else raw.decode("cp437")
+            if csize == _FULL or usize == _FULL or loff == _FULL:
+                found = _zip64(buf, npos + nlen, xlen, usize == _FULL, csize == _FULL, loff == _FULL)
+                if found is None:
+                    return None
+                usize, csize, loff = (usize if found[0] is None else found[0], csize if found[1] is None
+                                      else found[1], loff if found[2] is None else found[2])
+            pos = npos + nlen + xlen + clen
+            if name[-4:] == ".npy":
+                out[name[:-4]] = member(name, method, loff, usize)
+    except (struct.error, UnicodeDecodeError):
+        return None
+    return out if pos <= stop else None
+
+
+def _zip64(buf: bytes, pos: int, length: int, *wanted: bool) -> tuple[int | None, ...] | None:
+    """The 64-bit (uncompressed size, compressed size, offset) an extra field gives, in that order, for the
+    fields the central header left full (None for the others); None without a ZIP64 extra."""
+    end = pos + length
+    while pos + 4 <= end:
+        tag, n = struct.unpack_from("<2H", buf, pos)
+        if tag == 1:
+            vals, at = [], pos + 4
+            for want in wanted:
+                if want:
+                    if at + 8 > pos + 4 + n:
+                        return None
+                    vals.append(struct.unpack_from("<Q", buf, at)[0])
+                    at += 8
+                else:
+                    vals.append(None)
+            return tuple(vals)
+        pos += 4 + n
+    return None
 
 
 @attrs.define
@@ -26,15 +109,26 @@ class _Npz:
     """An npz archive read once into memory; stored members are sliced without zipfile/np.load overhead."""
 
     buf: bytes
-    zip: zipfile.ZipFile
-    members: dict[str, zipfile.ZipInfo]
+    members: dict[str, _Member]
     headers: dict[bytes, tuple[np.dtype, tuple[int, ...]] | None] = attrs.Factory(dict)
+    _zip: zipfile.ZipFile | None = None
 
     @classmethod
     def open(cls, path: Path) -> _Npz:
         buf = path.read_bytes()
+        members = _members(buf)
+        if members is not None:
+            return cls(buf, members)
         z = zipfile.ZipFile(io.BytesIO(buf))  # in memory: nothing to close
-        return cls(buf, z, {i.filename[:-4]: i for i in z.infolist() if i.filename.endswith(".npy")})
+        return cls(buf, {i.filename[:-4]: _Member(i.filename, i.compress_type, i.header_offset, i.file_size)
+                         for i in z.infolist() if i.filename.endswith(".npy")}, zip=z)
+
+    @property
+    def zip(self) -> zipfile.ZipFile:
+        """zipfile's view, opened when a member needs it (compressed or unusual)."""
+        if self._zip is None:
+            self._zip = zipfile.ZipFile(io.BytesIO(self.buf))
+        return self._zip
 
     def keys(self) -> list[str]:
         return list(self.members)
@@ -43,12 +137,14 @@ class _Npz:
         info = self.members[key]
         arr = self._fast(info) if info.compress_type == zipfile.ZIP_STORED else None
         if arr is None:  # compressed, Fortran-ordered or unusual: let numpy do it (and raise)
-            with self.zip.open(info) as f:
+            with self.zip.open(self.zip.getinfo(info.filename)) as f:
                 arr = np.lib.format.read_array(f, allow_pickle=False)
         return arr
 
-    def _fast(self, info: zipfile.ZipInfo) -> np.ndarray | None:
+    def _fast(self, info: _Member) -> np.ndarray | None:
         buf, off = self.buf, info.header_offset
+        if off + _LOCAL_HEADER.size > len(buf):
+            return None
         sig, n, m = _LOCAL_HEADER.unpack_from(buf, off)
         start = off + 30 + n + m
         if sig != b"PK\x03\x04" or not buf.startswith(b"\x93NUMPY", start):

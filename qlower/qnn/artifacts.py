@@ -6,13 +6,22 @@ written a tensor or node at a time, the tar one static tensor at a time);
 only when every one is written and flushed are they moved into place with
 `os.replace` (atomic on one filesystem). Any failure removes the temporaries
 and leaves earlier outputs untouched.
+
+On big graphs (and where `os.fork` exists) the `.cpp`, the largest and
+slowest artifact, is written by a forked child process while this process
+writes the `_net.json` and `.bin`: the two text writers are pure Python, so a
+second core halves the time. The bytes are the same either way; a failure in
+the child comes back as the same exception and removes all three temporaries.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import pickle
+import signal
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -24,6 +33,7 @@ from qlower.qnn.reader import load
 
 __all__ = ["artifact_names", "load", "save"]
 _BUFFER = 1 << 20  # the writers hand over chunks of about this size or small tar headers
+PARALLEL_OPS = 20_000  # from this many ops `save` writes the .cpp in a child process (when it can fork)
 
 
 def artifact_names(graph_name: str) -> tuple[str, str, str]:
@@ -32,25 +42,31 @@ def artifact_names(graph_name: str) -> tuple[str, str, str]:
 
 
 def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
-         copyright_str: str = "", progress: Callable[[int, int], None] | None = None) -> list[Path]:
+         copyright_str: str = "", progress: Callable[[int, int], None] | None = None,
+         parallel: bool | None = None) -> list[Path]:
     """Write `<name>_net.json`, `<name>.cpp` and `<name>.bin` into `outdir`; return their paths.
 
     `converter_command` is recorded in the JSON and the `.cpp` header (pass the
     qlower command line that produced the graph). Output is byte-identical for
     identical input. Raises QlowerError if the graph cannot be written. `progress(done, total)`
-    hears of the `.bin` data bytes as they are written.
+    hears of the `.bin` data bytes as they are written. `parallel` writes the `.cpp` in a
+    child process (default: from `PARALLEL_OPS` ops on, where `os.fork` exists and no other
+    thread runs).
     """
+    if parallel is None:  # forking a process that runs other threads could copy a lock some thread holds
+        parallel = len(graph.ops) >= PARALLEL_OPS and threading.active_count() == 1
+    parallel = parallel and hasattr(os, "fork")
     enabled = gc.isenabled()
     gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
     try:
-        return _save(graph, Path(outdir), converter_command, copyright_str, progress)
+        return _save(graph, Path(outdir), converter_command, copyright_str, progress, parallel)
     finally:
         if enabled:
             gc.enable()
 
 
 def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: str,
-          progress: Callable[[int, int], None] | None = None) -> list[Path]:
+          progress: Callable[[int, int], None] | None = None, parallel: bool = False) -> list[Path]:
     layout = emit_bin.plan(graph)
     tick = None
     if progress is not None:
@@ -74,28 +90,113 @@ def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: 
         raise QlowerError(error(f"cannot create output directory: {exc}", subject=str(outdir),
                                 code="output-dir")) from None
     temps: list[tuple[Path, Path]] = []
+    files: list[BinaryIO] = []
+    child: _Child | None = None
     try:
-        for name, write in writers:
+        for name, _ in writers:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=outdir)
             temps.append((Path(tmp), outdir / name))
+            files.append(os.fdopen(fd, "wb", buffering=_BUFFER))
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary files
-            with os.fdopen(fd, "wb", buffering=_BUFFER) as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
+        if parallel:
+            try:
+                child = _Child.start(writers[1][1], files[1])  # the .cpp
+            except OSError:  # no process to spare (memory, process limit): write it here
+                child = None
+            else:
+                files[1].close()  # (nothing buffered yet) the child has its own copy
+        for i, (_, write) in enumerate(writers):
+            if child is None or i != 1:
+                _write_file(write, files[i])
+        if child is not None:
+            c, child = child, None
+            c.join()
         for tmp, final in temps:
             os.replace(tmp, final)
     except OSError as exc:
-        _discard(temps)
+        _discard(temps, files, child)
         raise QlowerError(error(f"cannot write artifacts: {exc}", subject=str(outdir),
                                 code="output-write")) from None
     except BaseException:
-        _discard(temps)
+        _discard(temps, files, child)
         raise
     return [final for _, final in temps]
 
 
-def _discard(temps: list[tuple[Path, Path]]) -> None:
+def _write_file(write: Callable[[BinaryIO], None], f: BinaryIO) -> None:
+    with f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class _Child:
+    """One artifact written by a forked child; its exception, if any, pickled back through a pipe."""
+
+    def __init__(self, pid: int, pipe: int) -> None:
+        self.pid, self.pipe = pid, pipe
+
+    @classmethod
+    def start(cls, write: Callable[[BinaryIO], None], f: BinaryIO) -> _Child:
+        r, w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            raise
+        if pid == 0:  # the child: write, report, and leave without running the parent's cleanup
+            code = 1
+            try:
+                os.close(r)
+                try:
+                    _write_file(write, f)
+                    payload, code = b"", 0
+                except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+                    payload = _pickled(exc)
+                with os.fdopen(w, "wb") as p:
+                    p.write(payload)
+            finally:
+                os._exit(code)
+        os.close(w)
+        return cls(pid, r)
+
+    def join(self) -> None:
+        """Wait for the child; raise what it raised (or why it died)."""
+        with os.fdopen(self.pipe, "rb") as p:
+            payload = p.read()
+        _, status = os.waitpid(self.pid, 0)
+        if payload:
+            raise pickle.loads(payload)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+            raise QlowerError(error(f"the process writing the .cpp ended with {why}", code="output-write"))
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
+        os.close(self.pipe)
+
+
+def _pickled(exc: BaseException) -> bytes:
+    try:
+        return pickle.dumps(exc)
+    except Exception:  # noqa: BLE001 - an exception that does not pickle still reaches the parent
+        return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
+
+
+def _discard(temps: list[tuple[Path, Path]], files: list[BinaryIO], child: _Child | None = None) -> None:
+    if child is not None:
+        child.kill()
+    for f in files:
+        try:
+            f.close()
+        except OSError:
+            pass
     for tmp, _ in temps:
         try:
             tmp.unlink()

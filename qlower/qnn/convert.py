@@ -195,6 +195,10 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
         tensor_of(v)
     ops = qg.ops
     locations: dict[str, str] = {}
+    texts: dict[tuple[str, str], str] = {}  # (rule, location) -> str(provenance)
+    origins: dict[tuple[str, str], tuple[str, str]] = {}  # (rule, location) -> Origin's (rule, location)
+    make_origin = Origin.__new__
+    set_field = object.__setattr__
     for op in graph.topo_order():
         qtype = qtypes.get(op.type)
         if qtype is None:
@@ -242,9 +246,23 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
                     t = QnnTensor(f"{op.name}_{name}", STATIC, dt, arr.shape, None, arr)
                     params.append(TensorParam(name, t))
         prov = op.provenance
-        ops.append(OpConfig(op.name, qtype, inputs, outputs, params,
-                            provenance=str(prov) if prov is not None else None,
-                            origin=origin_of(op, locations)))
+        if prov is None or type(prov.sources) is not tuple:
+            ops.append(OpConfig(op.name, qtype, inputs, outputs, params,
+                                provenance=str(prov) if prov is not None else None,
+                                origin=origin_of(op, locations)))
+            continue
+        # the common case, as `origin_of` and `str(prov)` would make it, without their per-op formatting
+        pkey = (prov.rule, prov.location)
+        text = texts.get(pkey)
+        if text is None:
+            text = texts[pkey] = str(prov)
+            origins[pkey] = (prov.rule, origin_of(op, locations).location)
+        rule, loc = origins[pkey]
+        origin = make_origin(Origin)
+        set_field(origin, "rule", rule)
+        set_field(origin, "location", loc)
+        set_field(origin, "sources", prov.sources)
+        ops.append(OpConfig(op.name, qtype, inputs, outputs, params, provenance=text, origin=origin))
     qg.inputs = [v.name for v in graph.inputs]
     qg.outputs = [tensor_of(v) for v in graph.outputs]
     return qg

@@ -277,6 +277,7 @@ def plan(graph: QnnGraph) -> Layout:
     param_tensors: list[QnnTensor] = []
     produced: set[str] = set()
     op_types: set[str] = set()
+    known = tensors.__contains__
     for op in graph.ops:
         name = op.name
         if not name or name in seen_nodes:
@@ -285,13 +286,11 @@ def plan(graph: QnnGraph) -> Layout:
         if not (name.isascii() and name.isidentifier()):
             odd_nodes.append(name)
         op_types.add(op.type)
-        for n in op.inputs:
-            if n not in tensors:
-                raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{name}'")
-        for n in op.outputs:
-            if n not in tensors:
-                raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{name}'")
-        produced.update(op.outputs)
+        outputs = op.outputs
+        if not (all(map(known, op.inputs)) and all(map(known, outputs))):
+            n = next(n for n in (*op.inputs, *outputs) if n not in tensors)
+            raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{name}'")
+        produced.update(outputs)
         params = op.params
         if not params:
             continue

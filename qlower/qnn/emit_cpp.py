@@ -219,8 +219,18 @@ _COMMA = ",\n"
 _FLUSH_PARTS = 1024  # functions buffered before a write
 
 
+_SLOT = "\x00"  # names in a node template's text are \x00<k>\x00 while it is being made
+
+
 class _Functions:
-    """The `addTensor_<t>` and `addNode_<n>` functions' text."""
+    """The `addTensor_<t>` and `addNode_<n>` functions' text.
+
+    An `addNode_` function's text depends on its names (node, inputs, outputs) and on a
+    signature: op type, scalar params, input count and each output tensor's kind. For ops
+    without tensor params or quantized outputs, `node_fast` formats the text once per
+    signature with placeholder names, keeps it as constant pieces with slots, and joins
+    each node's names into them (`node` is the reference it must equal, byte for byte).
+    """
 
     def __init__(self, layout: Layout) -> None:
         self.renamed = layout.cnames
@@ -230,6 +240,94 @@ class _Functions:
         self.out = _Tensors(layout, "    ")
         self.scalars: dict[tuple[object, ...], str] = {}
         self.kinds: dict[tuple[str, str], str] = {}
+        self.templates: dict[tuple[object, ...], tuple[list[str], tuple[tuple[int, int], ...]] | None] = {}
+
+    def node_fast(self, op: OpConfig, tensors: dict[str, QnnTensor]) -> str:
+        """`node(op, tensors)`, from the op signature's template when it has one."""
+        params, inputs, outputs = op.params, op.inputs, op.outputs
+        key = [op.package, op.type, len(inputs)]
+        for p in params:  # what `_scalar_key` keys (floats print differently from how they compare)
+            if type(p) is not ScalarParam:
+                return self.node(op, tensors)
+            v = p.value
+            tv = type(v)
+            if tv is not bool and tv is not int and tv is not str:
+                return self.node(op, tensors)
+            key += (p.name, p.datatype, tv, v)
+        key.append(None)
+        outs = [tensors[n] for n in outputs]
+        for t in outs:
+            if t.encoding is not None or t.data is not None:
+                return self.node(op, tensors)
+            key += (t.type, t.datatype, t.dims)
+        key = tuple(key)
+        templates = self.templates
+        template = templates.get(key, False)
+        if template is False:
+            if len(templates) >= 1 << 12:
+                templates.clear()
+            template = templates[key] = self._template(op, outs)
+        if template is None:
+            return self.node(op, tensors)
+        renamed, renamed_nodes = self.renamed, self.renamed_nodes
+        name = op.name
+        nc = renamed_nodes.get(name)
+        args = [name, f'"{name}"'] if nc is None else [nc, cstr(name)]
+        for n in inputs:
+            args.append(f'"{n}"' if n not in renamed else cstr(n))
+        for n in outputs:
+            c = renamed.get(n)
+            args += (n, f'"{n}"') if c is None else (c, cstr(n))
+        text, slots = template
+        text = text[:]
+        for at, k in slots:
+            text[at] = args[k]
+        return "".join(text)
+
+    def _template(self, op: OpConfig, outs: list[QnnTensor]) -> tuple[list[str], tuple[tuple[int, int], ...]] | None:
+        """The text of `op`'s signature as constant pieces and (piece, argument) slots. Arguments: 0 the
+        node's C identifier, 1 its quoted name, then each input's quoted name, then each output's C
+        identifier and quoted name."""
+        if any(_SLOT in t for t in (op.package, op.type, *(p.name for p in op.params),
+                                    *(p.value for p in op.params if isinstance(p.value, str)))):
+            return None  # constant text that could pass for a placeholder
+        slot = [0]
+
+        def fresh() -> str:
+            slot[0] += 1
+            return f"{_SLOT}{slot[0] - 1}{_SLOT}"
+
+        node_name = fresh()
+        fake_inputs = [fresh() for _ in op.inputs]
+        fake_tensors: dict[str, QnnTensor] = {}
+        fake_outputs = []
+        for t in outs:
+            n = fresh()
+            fake_outputs.append(n)
+            fake_tensors[n] = QnnTensor(n, t.type, t.datatype, t.dims)
+        fake = OpConfig(node_name, op.type, fake_inputs, fake_outputs, list(op.params), package=op.package)
+        text = self.node(fake, fake_tensors)
+        # placeholder k: quoted, a name (the argument of the quoted name); bare, a C identifier
+        fields = {f'"{node_name}"': 1, node_name: 0}
+        for i, n in enumerate(fake_inputs):
+            fields[f'"{n}"'] = 2 + i  # (an input's identifier never appears in the text)
+        base = 2 + len(fake_inputs)
+        for i, n in enumerate(fake_outputs):
+            fields[f'"{n}"'] = base + 2 * i + 1
+            fields[n] = base + 2 * i
+        pieces: list[str] = []
+        slots: list[tuple[int, int]] = []
+        found = re.compile("|".join(re.escape(k) for k in sorted(fields, key=len, reverse=True)))
+        at = 0
+        for m in found.finditer(text):
+            pieces.append(text[at:m.start()])
+            slots.append((len(pieces), fields[m.group()]))
+            pieces.append("")
+            at = m.end()
+        pieces.append(text[at:])
+        if any(_SLOT in p for p in pieces):
+            return None
+        return pieces, tuple(slots)
 
     def tensor(self, t: QnnTensor) -> str:
         decls, block = self.top(t)
@@ -304,12 +402,13 @@ class _Functions:
 
 
 def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlower",
-          copyright_str: str = "", layout: Layout | None = None) -> None:
+          copyright_str: str = "", layout: Layout | None = None, templates: bool = True) -> None:
     """Stream the `.cpp` text into `fileobj` (binary, UTF-8); deterministic for a given graph and arguments.
 
     The `addTensor_`/`addNode_` functions are written as the graph is walked;
     `QnnModel_composeGraphs`, which calls them in the same order, comes from a
-    second, cheap walk, so no list of the graph's steps is kept.
+    second, cheap walk, so no list of the graph's steps is kept. `templates=False`
+    formats every node afresh (the same bytes, slower: for tests of the templates).
     """
     layout = layout or plan(graph)
     var = _model_var(graph.name)
@@ -327,7 +426,7 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
     tensors, produced = graph.tensors, layout.produced
     fn = _Functions(layout)
     added: set[str] = set()
-    tensor_fn, node_fn, flush_at = fn.tensor, fn.node, _FLUSH_PARTS
+    tensor_fn, node_fn, flush_at = fn.tensor, fn.node_fast if templates else fn.node, _FLUSH_PARTS
     for n in graph.inputs:
         if n not in produced and n not in added:
             added.add(n)
@@ -387,10 +486,11 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
 
 
 def render(graph: QnnGraph, *, converter_command: str = "qlower", copyright_str: str = "",
-           layout: Layout | None = None) -> str:
+           layout: Layout | None = None, templates: bool = True) -> str:
     """The `.cpp` text `write` streams, as one string (for tests and small graphs)."""
     buf = io.BytesIO()
-    write(graph, buf, converter_command=converter_command, copyright_str=copyright_str, layout=layout)
+    write(graph, buf, converter_command=converter_command, copyright_str=copyright_str, layout=layout,
+          templates=templates)
     return buf.getvalue().decode("utf-8")
 
 

@@ -598,3 +598,88 @@ def test_round_trip_property(g: QnnGraph) -> None:
         assert balanced(paths[1].read_text())
         again = [emit_json.dumps(g), emit_cpp.render(g)]
         assert again == [paths[0].read_text(), paths[1].read_text()]
+
+
+# ---------------------------------------------------------------- the .cpp in a child process
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="writing in a child process needs os.fork")
+@pytest.mark.parametrize("make", [rich_graph, lambda: chain_graph(300)])
+def test_parallel_save_writes_the_same_bytes(tmp_path: Path, make) -> None:
+    serial = artifacts.save(make(), tmp_path / "serial", parallel=False)
+    forked = artifacts.save(make(), tmp_path / "forked", parallel=True)
+    assert [p.name for p in serial] == [p.name for p in forked]
+    for a, b in zip(serial, forked):
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="writing in a child process needs os.fork")
+def test_a_failure_in_the_child_is_raised_and_leaves_no_files(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import signal
+
+    def broken(graph, fileobj, **kw):
+        fileobj.write(b"partial")
+        raise QlowerError("the .cpp cannot be written")
+
+    monkeypatch.setattr(emit_cpp, "write", broken)
+    with pytest.raises(QlowerError, match=r"the \.cpp cannot be written"):
+        artifacts.save(rich_graph(), tmp_path / "a", parallel=True)
+    assert list((tmp_path / "a").iterdir()) == []
+
+    def killed(graph, fileobj, **kw):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(emit_cpp, "write", killed)
+    with pytest.raises(QlowerError, match="ended with signal SIGKILL"):
+        artifacts.save(rich_graph(), tmp_path / "b", parallel=True)
+    assert list((tmp_path / "b").iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="writing in a child process needs os.fork")
+def test_a_failure_in_the_parent_stops_the_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(graph, fileobj, **kw):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(emit_json, "write", broken)
+    with pytest.raises(QlowerError, match="No space left on device"):
+        artifacts.save(chain_graph(300), tmp_path, parallel=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- .cpp node templates
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs())
+def test_node_templates_write_what_formatting_each_node_writes(g: QnnGraph) -> None:
+    assert emit_cpp.render(g) == emit_cpp.render(g, templates=False)
+
+
+def test_node_templates_with_odd_names_and_shared_signatures() -> None:
+    """Many ops of one signature, names that are not C identifiers (renamed) or look like braces."""
+    g = chain_graph(6)
+    rename = {n: f"{n}.{{x}}/\"q\"" if i % 2 else n for i, n in enumerate(g.tensors)}
+    g.tensors = {rename[n]: t for n, t in g.tensors.items()}
+    for n, t in g.tensors.items():
+        t.name = n
+    for i, op in enumerate(g.ops):
+        op.inputs = [rename[n] for n in op.inputs]
+        op.outputs = [rename[n] for n in op.outputs]
+        op.name = f"{op.name}/{{0}}" if i % 3 == 0 else op.name
+    g.inputs, g.outputs = [rename[n] for n in g.inputs], [rename[n] for n in g.outputs]
+    text = emit_cpp.render(g)
+    assert text == emit_cpp.render(g, templates=False)
+    assert '"mm0/{0}", // Node Name' in text and '.name= "s0.{x}/\\"q\\""' in text
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="writing in a child process needs os.fork")
+def test_no_process_to_spare_writes_in_the_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    def no_fork():
+        raise OSError(12, "Cannot allocate memory")
+
+    want = artifacts.save(chain_graph(30), tmp_path / "a", parallel=False)
+    monkeypatch.setattr(os, "fork", no_fork)
+    got = artifacts.save(chain_graph(30), tmp_path / "b", parallel=True)
+    assert [p.read_bytes() for p in got] == [p.read_bytes() for p in want]
