@@ -119,7 +119,7 @@ def _index(seq: Any, i: Any) -> Any:
 
 
 def _slice(seq: Any, lo: Any, hi: Any) -> Any:
-    if not isinstance(seq, (list, np.ndarray)):
+    if not isinstance(seq, (list, str, np.ndarray)):  # str: the checker types `s[a:b]` as str
         raise EvalError(f"cannot slice {_describe(seq)}")
     return seq[lo:hi]
 

@@ -530,3 +530,9 @@ def test_list_repetition_by_any_integer(n):
     assert ev("[1] * n", n=n) == [1, 1]
     assert ev("n * [0]", n=n) == [0, 0]
     assert ev("n + 1", n=n) == 3
+
+
+@given(st.text(alphabet="abcdefXYZ._", max_size=12), st.integers(-14, 14), st.integers(-14, 14))
+def test_strings_slice_as_the_checker_types_them(s, lo, hi):
+    """The checker types `s[a:b]` of a str as str, so the evaluator must slice strings too."""
+    assert ev("s[lo:hi]", s=s, lo=lo, hi=hi) == s[lo:hi]
