@@ -56,13 +56,16 @@ def fold_constants(graph: Graph, kernels: Mapping[str, Mapping[str, Kernel]], *,
     return folded
 
 
-def fold_empty(graph: Graph, concat_types: tuple[str, ...] = ()) -> int:
+def fold_empty(graph: Graph, concat_types: tuple[str, ...] = (), split_types: tuple[str, ...] = ()) -> int:
     """Empty tensors (a dim of 0: slices past the end, zero-length splits) become static empty constants.
 
     QNN tensors cannot be empty, and an empty tensor carries no data anyway: an op all of whose
     results are empty is replaced by its (empty) results as constants, so ops that read them
     fold away (`fold_constants`: a reduction over an empty axis becomes its identity value) and
-    concatenations (`concat_types`) drop them. Returns how many ops changed.
+    concatenations (`concat_types`) drop them. A split (`split_types`: sizes in operand 1 or a
+    `split` attribute) with some empty parts loses them: it splits into the non-empty parts only
+    (rotary embedding rotating the whole head splits off an empty pass-through part). Returns how
+    many ops changed.
     """
     changed = 0
     for op in graph.topo_order():
@@ -72,6 +75,10 @@ def fold_empty(graph: Graph, concat_types: tuple[str, ...] = ()) -> int:
             for r in results:
                 r.data = np.zeros(r.shape, r.dtype)
             _drop_unused(graph, operands)
+            changed += 1
+        elif op.type in split_types and op.operands and op.operands[0] is not None \
+                and op.operands[0].shape is not None and any(_has_zero(r) for r in op.results):
+            _drop_empty_parts(graph, op)
             changed += 1
         elif op.type in concat_types and any(map(_is_empty, op.operands)) \
                 and not all(map(_is_empty, op.operands)):
@@ -133,6 +140,32 @@ def produce_constant_outputs(graph: Graph, identity_type: str) -> int:
         graph.add_op(graph.fresh_op_name(f"{v.name}.produce"), identity_type, [src], [v], {})
         changed += 1
     return changed
+
+
+def _has_zero(v) -> bool:
+    return v.shape is not None and 0 in v.shape and v.quant is None
+
+
+def _drop_empty_parts(graph: Graph, op) -> None:
+    """Re-create a split without its empty results, which become empty constants; sizes stay explicit."""
+    name, attrs, prov = op.name, dict(op.attrs), op.provenance
+    operands, results = list(op.operands), list(op.results)
+    axis = int(attrs.get("axis", 0)) % len(operands[0].shape)
+    kept = [r for r in results if not _has_zero(r)]
+    sizes = np.asarray([int(r.shape[axis]) for r in kept], np.int64)
+    graph.detach_op(op)
+    for r in results:
+        if _has_zero(r):
+            r.data = np.zeros(r.shape, r.dtype)
+    attrs.pop("num_outputs", None)
+    new_operands = operands[:1]
+    if "split" in attrs:
+        attrs["split"] = [int(x) for x in sizes]
+    else:
+        new_operands.append(graph.add_value(graph.fresh_value_name(f"{name}.sizes"), np.dtype(np.int64),
+                                            sizes.shape, data=sizes))
+    graph.add_op(name, op.type, new_operands, kept, attrs, prov)
+    _drop_unused(graph, [v for v in operands[1:] if v is not None])
 
 
 def _is_empty(v) -> bool:

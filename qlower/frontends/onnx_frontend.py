@@ -42,6 +42,7 @@ from qlower.graph.core import Graph
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONCAT = ("onnx.Concat",)
+_SPLIT = ("onnx.Split",)
 
 
 def _onnx():
@@ -96,7 +97,7 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
 
     kernels = {"onnx": OnnxKernels()}
     if fold:
-        fold_empty(graph, _CONCAT)
+        fold_empty(graph, _CONCAT, _SPLIT)
         fold_constants(graph, kernels)
     builder.promote_params(graph)
     builder.infer_missing(graph)
@@ -104,7 +105,7 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
         fold_constants(graph, kernels)
         builder.promote_params(graph)
         builder.infer_missing(graph)
-    if fold and fold_empty(graph, _CONCAT):  # empties whose shapes only one-node inference found
+    if fold and fold_empty(graph, _CONCAT, _SPLIT):  # empties whose shapes only one-node inference found
         fold_constants(graph, kernels)
         builder.promote_params(graph)
     produce_constant_outputs(graph, "onnx.Identity")
