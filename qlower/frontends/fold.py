@@ -16,16 +16,23 @@ from qlower.reference.spec import Kernel, KernelError, OutSpec
 
 
 def fold_constants(graph: Graph, kernels: Mapping[str, Mapping[str, Kernel]], *,
-                   max_elements: int = 1 << 24) -> int:
+                   max_elements: int = 1 << 24, type_only: Mapping[str, tuple[int, ...]] | None = None) -> int:
     """Fold every op whose operands are all constants (or absent); returns how many were folded.
 
-    Ops without a kernel, or whose results would exceed `max_elements`, are left alone.
+    Ops without a kernel, or whose results would exceed `max_elements`, are left alone. Operands
+    at `type_only` positions (CastLike's second) need no data: only their dtype is read, so the
+    kernel gets zeros of their type.
     """
     folded = 0
+    type_only = type_only or {}
     for op in graph.topo_order():
         if op.type.startswith("qnn.") or not op.results:
             continue
-        if any(v is not None and (v.data is None or v.quant is not None) for v in op.operands) \
+        typed = {i: np.zeros(v.shape if v.shape is not None and np.prod(v.shape) <= max_elements else (0,), v.dtype)
+                 for i in type_only.get(op.type, ()) if i < len(op.operands)
+                 and (v := op.operands[i]) is not None and v.data is None and v.quant is None}
+        if any(v is not None and i not in typed and (v.data is None or v.quant is not None)
+               for i, v in enumerate(op.operands)) \
                 or any(r.quant is not None for r in op.results) or not any(
                 v is not None for v in op.operands):
             continue
@@ -35,7 +42,8 @@ def fold_constants(graph: Graph, kernels: Mapping[str, Mapping[str, Kernel]], *,
             continue
         outs = [OutSpec(r.shape, r.dtype, None) for r in op.results]
         try:
-            values = kernel([v.data if v is not None else None for v in op.operands], op.attrs, outs)
+            values = kernel([typed[i] if i in typed else v.data if v is not None else None
+                             for i, v in enumerate(op.operands)], op.attrs, outs)
         except (KernelError, ValueError, TypeError, IndexError):
             continue  # leave it to the rules; lowering reports what cannot be done
         if any(np.asarray(x).size > max_elements for x in values):

@@ -170,6 +170,18 @@ def test_split_whose_only_nonempty_part_is_the_whole_input(rules):
     assert_same(have, expected(m, {"x": x}))
 
 
+def test_castlike_of_a_constant_folds_whatever_its_type_source(rules):
+    """ReduceLogSumExp's function body over an empty set: the float64 result is a constant (-inf), and
+    CastLike reads only the type of its second operand (an empty graph input), so it folds too."""
+    m = model([h.make_node("Cast", ["x"], ["d"], to=T.DOUBLE), h.make_node("Exp", ["d"], ["e"]),
+               h.make_node("ReduceSum", ["e", "ax"], ["s"], keepdims=1), h.make_node("Log", ["s"], ["l"]),
+               h.make_node("CastLike", ["l", "x"], ["r"]), h.make_node("Add", ["r", "z"], ["y"])],
+              [("x", T.FLOAT, [2, 0, 4]), ("z", T.FLOAT, [2, 1, 4])], [("y", T.FLOAT, None)], [const("ax", [1])])
+    feeds = {"x": np.zeros((2, 0, 4), np.float32), "z": np.ones((2, 1, 4), np.float32)}
+    _, have = lowered_outputs(m, rules, feeds)
+    assert_same(have, expected(m, feeds))
+
+
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceProd", "ReduceMin"])
 def test_reduction_over_an_empty_axis(rules, op):
     m = model([h.make_node("Slice", ["x", "st", "en", "ax"], ["e"]),
