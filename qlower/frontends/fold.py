@@ -16,16 +16,23 @@ from qlower.reference.spec import Kernel, KernelError, OutSpec
 
 
 def fold_constants(graph: Graph, kernels: Mapping[str, Mapping[str, Kernel]], *,
-                   max_elements: int = 1 << 24) -> int:
+                   max_elements: int = 1 << 24, type_only: Mapping[str, tuple[int, ...]] | None = None) -> int:
     """Fold every op whose operands are all constants (or absent); returns how many were folded.
 
-    Ops without a kernel, or whose results would exceed `max_elements`, are left alone.
+    Ops without a kernel, or whose results would exceed `max_elements`, are left alone. Operands
+    at `type_only` positions (CastLike's second) need no data: only their dtype is read, so the
+    kernel gets zeros of their type.
     """
     folded = 0
+    type_only = type_only or {}
     for op in graph.topo_order():
         if op.type.startswith("qnn.") or not op.results:
             continue
-        if any(v is not None and (v.data is None or v.quant is not None) for v in op.operands) \
+        typed = {i: np.zeros(v.shape if v.shape is not None and np.prod(v.shape) <= max_elements else (0,), v.dtype)
+                 for i in type_only.get(op.type, ()) if i < len(op.operands)
+                 and (v := op.operands[i]) is not None and v.data is None and v.quant is None}
+        if any(v is not None and i not in typed and (v.data is None or v.quant is not None)
+               for i, v in enumerate(op.operands)) \
                 or any(r.quant is not None for r in op.results) or not any(
                 v is not None for v in op.operands):
             continue
@@ -35,7 +42,8 @@ def fold_constants(graph: Graph, kernels: Mapping[str, Mapping[str, Kernel]], *,
             continue
         outs = [OutSpec(r.shape, r.dtype, None) for r in op.results]
         try:
-            values = kernel([v.data if v is not None else None for v in op.operands], op.attrs, outs)
+            values = kernel([typed[i] if i in typed else v.data if v is not None else None
+                             for i, v in enumerate(op.operands)], op.attrs, outs)
         except (KernelError, ValueError, TypeError, IndexError):
             continue  # leave it to the rules; lowering reports what cannot be done
         if any(np.asarray(x).size > max_elements for x in values):
@@ -56,13 +64,16 @@ def fold_constants(graph: Graph, kernels: Mapping[str, Mapping[str, Kernel]], *,
     return folded
 
 
-def fold_empty(graph: Graph, concat_types: tuple[str, ...] = ()) -> int:
+def fold_empty(graph: Graph, concat_types: tuple[str, ...] = (), split_types: tuple[str, ...] = ()) -> int:
     """Empty tensors (a dim of 0: slices past the end, zero-length splits) become static empty constants.
 
     QNN tensors cannot be empty, and an empty tensor carries no data anyway: an op all of whose
     results are empty is replaced by its (empty) results as constants, so ops that read them
     fold away (`fold_constants`: a reduction over an empty axis becomes its identity value) and
-    concatenations (`concat_types`) drop them. Returns how many ops changed.
+    concatenations (`concat_types`) drop them. A split (`split_types`: sizes in operand 1 or a
+    `split` attribute) with some empty parts loses them: it splits into the non-empty parts only
+    (rotary embedding rotating the whole head splits off an empty pass-through part). Returns how
+    many ops changed.
     """
     changed = 0
     for op in graph.topo_order():
@@ -72,6 +83,10 @@ def fold_empty(graph: Graph, concat_types: tuple[str, ...] = ()) -> int:
             for r in results:
                 r.data = np.zeros(r.shape, r.dtype)
             _drop_unused(graph, operands)
+            changed += 1
+        elif op.type in split_types and op.operands and op.operands[0] is not None \
+                and op.operands[0].shape is not None and any(_has_zero(r) for r in op.results):
+            _drop_empty_parts(graph, op)
             changed += 1
         elif op.type in concat_types and any(map(_is_empty, op.operands)) \
                 and not all(map(_is_empty, op.operands)):
@@ -133,6 +148,32 @@ def produce_constant_outputs(graph: Graph, identity_type: str) -> int:
         graph.add_op(graph.fresh_op_name(f"{v.name}.produce"), identity_type, [src], [v], {})
         changed += 1
     return changed
+
+
+def _has_zero(v) -> bool:
+    return v.shape is not None and 0 in v.shape and v.quant is None
+
+
+def _drop_empty_parts(graph: Graph, op) -> None:
+    """Re-create a split without its empty results, which become empty constants; sizes stay explicit."""
+    name, attrs, prov = op.name, dict(op.attrs), op.provenance
+    operands, results = list(op.operands), list(op.results)
+    axis = int(attrs.get("axis", 0)) % len(operands[0].shape)
+    kept = [r for r in results if not _has_zero(r)]
+    sizes = np.asarray([int(r.shape[axis]) for r in kept], np.int64)
+    graph.detach_op(op)
+    for r in results:
+        if _has_zero(r):
+            r.data = np.zeros(r.shape, r.dtype)
+    attrs.pop("num_outputs", None)
+    new_operands = operands[:1]
+    if "split" in attrs:
+        attrs["split"] = [int(x) for x in sizes]
+    else:
+        new_operands.append(graph.add_value(graph.fresh_value_name(f"{name}.sizes"), np.dtype(np.int64),
+                                            sizes.shape, data=sizes))
+    graph.add_op(name, op.type, new_operands, kept, attrs, prov)
+    _drop_unused(graph, [v for v in operands[1:] if v is not None])
 
 
 def _is_empty(v) -> bool:

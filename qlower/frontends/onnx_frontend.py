@@ -42,6 +42,8 @@ from qlower.graph.core import Graph
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONCAT = ("onnx.Concat",)
+_SPLIT = ("onnx.Split",)
+_TYPE_ONLY = {"onnx.CastLike": (1,)}
 
 
 def _onnx():
@@ -96,16 +98,16 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
 
     kernels = {"onnx": OnnxKernels()}
     if fold:
-        fold_empty(graph, _CONCAT)
-        fold_constants(graph, kernels)
+        fold_empty(graph, _CONCAT, _SPLIT)
+        fold_constants(graph, kernels, type_only=_TYPE_ONLY)
     builder.promote_params(graph)
     builder.infer_missing(graph)
     while fold and fold_shape_ops(graph, "onnx.Shape", "onnx.Size"):  # shapes found only after folding
-        fold_constants(graph, kernels)
+        fold_constants(graph, kernels, type_only=_TYPE_ONLY)
         builder.promote_params(graph)
         builder.infer_missing(graph)
-    if fold and fold_empty(graph, _CONCAT):  # empties whose shapes only one-node inference found
-        fold_constants(graph, kernels)
+    if fold and fold_empty(graph, _CONCAT, _SPLIT):  # empties whose shapes only one-node inference found
+        fold_constants(graph, kernels, type_only=_TYPE_ONLY)
         builder.promote_params(graph)
     produce_constant_outputs(graph, "onnx.Identity")
     builder.check_shapes(graph)

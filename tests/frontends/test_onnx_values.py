@@ -144,6 +144,44 @@ def test_empty_slice_concatenated(rules, backend):
     assert_same(have, expected(m, {"x": x}))
 
 
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+@pytest.mark.parametrize("form", ["input", "attribute"])
+def test_split_with_an_empty_part(rules, backend, form):
+    """Rotary embedding over the whole head splits off an empty pass-through part and concatenates
+    it back; the split loses the empty part (QNN's Split cannot make one)."""
+    if form == "input":
+        split = h.make_node("Split", ["x", "sz"], ["a", "e", "b"], axis=-1)
+        inits, opset = [const("sz", [3, 0, 1])], 18
+    else:
+        split = h.make_node("Split", ["x"], ["a", "e", "b"], axis=-1, split=[3, 0, 1])
+        inits, opset = [], 11
+    m = model([split, h.make_node("Neg", ["a"], ["n"]), h.make_node("Concat", ["n", "e", "b"], ["y"], axis=-1)],
+              [("x", T.FLOAT, [2, 4])], [("y", T.FLOAT, None)], inits, opset=opset)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    _, have = lowered_outputs(m, rules, {"x": x}, backend=backend)
+    assert_same(have, expected(m, {"x": x}))
+
+
+def test_split_whose_only_nonempty_part_is_the_whole_input(rules):
+    m = model([h.make_node("Split", ["x", "sz"], ["a", "e"], axis=1), h.make_node("Concat", ["a", "e"], ["y"], axis=1)],
+              [("x", T.FLOAT, [2, 4])], [("y", T.FLOAT, None)], [const("sz", [4, 0])])
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    _, have = lowered_outputs(m, rules, {"x": x})
+    assert_same(have, expected(m, {"x": x}))
+
+
+def test_castlike_of_a_constant_folds_whatever_its_type_source(rules):
+    """ReduceLogSumExp's function body over an empty set: the float64 result is a constant (-inf), and
+    CastLike reads only the type of its second operand (an empty graph input), so it folds too."""
+    m = model([h.make_node("Cast", ["x"], ["d"], to=T.DOUBLE), h.make_node("Exp", ["d"], ["e"]),
+               h.make_node("ReduceSum", ["e", "ax"], ["s"], keepdims=1), h.make_node("Log", ["s"], ["l"]),
+               h.make_node("CastLike", ["l", "x"], ["r"]), h.make_node("Add", ["r", "z"], ["y"])],
+              [("x", T.FLOAT, [2, 0, 4]), ("z", T.FLOAT, [2, 1, 4])], [("y", T.FLOAT, None)], [const("ax", [1])])
+    feeds = {"x": np.zeros((2, 0, 4), np.float32), "z": np.ones((2, 1, 4), np.float32)}
+    _, have = lowered_outputs(m, rules, feeds)
+    assert_same(have, expected(m, feeds))
+
+
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceProd", "ReduceMin"])
 def test_reduction_over_an_empty_axis(rules, op):
     m = model([h.make_node("Slice", ["x", "st", "en", "ax"], ["e"]),
