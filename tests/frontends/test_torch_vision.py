@@ -155,10 +155,13 @@ def test_unsupported_convolution_has_a_reason(rules) -> None:
         def forward(self, x):
             return self.up(x)
 
-    graph = load_exported(torch.export.export(Dilated(), (torch.randn(1, 2, 5, 5),), strict=False))
-    result = qlower.lower(graph, rules, backend="cpu")
+    x = torch.randn(1, 2, 5, 5)
+    graph = load_exported(torch.export.export(Dilated(), (x,), strict=False))
+    result = qlower.lower(graph, rules, backend="gpu")  # no TransposeConv3d there
     assert not result.ok
-    assert any("without dilation" in d.message for d in result.errors)
+    assert any("only on CPU and HTP" in d.message for d in result.errors)
+    torch.manual_seed(0)
+    assert _lower_and_compare(Dilated(), (x,), rules, "cpu", False).get("TransposeConv3d") == 1
 
 
 class WindowSplit(nn.Module):
