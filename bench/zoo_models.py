@@ -160,13 +160,15 @@ def _qwen2_vl_vision() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 
 
 def _qwen25_vl_vision() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """One attention window covers the 8x8 grid: with several, transformers' eager attention splits q/k/v by
-    lengths read from a tensor (`.tolist()`), which torch.export can only leave as unbacked symbolic sizes."""
+    """Four attention windows (window_size 16 = 2x2 merged patches of the 4x4 merged grid) in block 0, full
+    attention in block 1 (fullatt_block_indexes), window_index reordering around them. Transformers' eager
+    attention splits q/k/v by lengths read from the constant window bounds (`.tolist()`); torch.export
+    leaves them as unbacked sizes, which qlower's torch importer computes from the constants."""
     from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
 
     cfg = Qwen2_5_VLVisionConfig(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64,
-                                 patch_size=4, temporal_patch_size=2, spatial_merge_size=2, window_size=32,
+                                 patch_size=4, temporal_patch_size=2, spatial_merge_size=2, window_size=16,
                                  fullatt_block_indexes=[1], in_channels=3)
     cfg._attn_implementation = "eager"
     tower = Qwen2_5_VisionTransformerPretrainedModel(cfg)

@@ -11,7 +11,10 @@ cumsum and comparisons, and rotary tables, arrive as static tensors as QNN
 needs. Tensors without elements are constants too (they drop out of `cat`).
 `unbind` arrives as one `select` per result, and `max_pool*_with_indices` whose
 indices nothing reads as `max_pool*`. Shapes must be static: export without
-`dynamic_shapes`.
+`dynamic_shapes`. Data-dependent sizes that torch.export leaves symbolic (`item()`
+of a tensor computed from constants only, such as the attention-window bounds of
+Qwen2.5-VL's vision tower that `torch.split` reads with `.tolist()`) are computed
+with torch at import time and become plain integers.
 """
 
 from __future__ import annotations
@@ -119,8 +122,8 @@ def _fold_sources(graph: Graph, kernels: Mapping[str, Any]) -> None:
             r.data = np.asarray(x).astype(r.dtype).reshape(r.shape)
 
 
-def _static_shape(val: Any, subject: str) -> tuple[int, ...]:
-    dims = tuple(val.shape)
+def _static_shape(val: Any, subject: str, symbols: Mapping[Any, int] | None = None) -> tuple[int, ...]:
+    dims = tuple(_concrete(d, symbols or {}) for d in val.shape)
     if not all(isinstance(d, int) for d in dims):
         raise _fail(f"shape {list(dims)} is symbolic", subject=subject, code="symbolic-shape",
                     hint="export with static shapes (no dynamic_shapes) at a fixed sequence length")
@@ -142,6 +145,63 @@ def _numpy_of(t: Any, torch: Any, subject: str) -> np.ndarray:
     return arr.astype(target, copy=False)  # same dtype: a view of the tensor torch holds, no copy
 
 
+def _concrete(x: Any, symbols: Mapping[Any, int]) -> Any:
+    """A SymInt whose unbacked symbols are all known as an int; anything else unchanged."""
+    node = getattr(x, "node", None)
+    expr = getattr(node, "expr", None)
+    if expr is None or not symbols:
+        return x
+    try:
+        value = expr.xreplace(symbols)
+    except (AttributeError, TypeError):
+        return x
+    return int(value) if isinstance(value, int) or getattr(value, "is_Integer", False) else x
+
+
+_SCALAR_READS = frozenset({"item", "_local_scalar_dense"})
+
+
+def _data_dependent_scalars(ep: Any, torch: Any) -> dict[Any, Any]:
+    """FX node → Python number for each `item()` whose tensor is computed from lifted constants alone,
+    evaluated with torch on the program's own constant data (the sizes export could only keep symbolic)."""
+    specs = {s.arg.name: s for s in ep.graph_signature.input_specs if hasattr(s.arg, "name")}
+    known: dict[Any, Any] = {}
+    out: dict[Any, Any] = {}
+
+    def real(node: Any) -> Any:
+        if node in known:
+            return known[node]
+        if node.op == "placeholder":
+            spec = specs.get(node.name)
+            if spec is None or spec.kind.name not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+                raise LookupError(node.name)
+            t = ep.state_dict.get(spec.target)
+            t = ep.constants.get(spec.target) if t is None else t
+            if t is None:
+                raise LookupError(node.name)
+            known[node] = t
+            return t
+        if node.op != "call_function":
+            raise LookupError(node.name)
+        fetch = lambda a: real(a) if hasattr(a, "op") else a  # noqa: E731
+        args = torch.fx.node.map_aggregate(node.args, fetch)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, fetch)
+        known[node] = node.target(*args, **kwargs)
+        return known[node]
+
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target._schema.name.split("::", 1)[1] not in _SCALAR_READS:
+            continue
+        try:
+            value = real(node)
+        except LookupError:
+            continue  # depends on a user input: reported as symbolic where it is used
+        out[node] = value.item() if hasattr(value, "item") else value
+    return out
+
+
 class _Importer:
     """Walks the exported FX graph once, in its (topological) node order."""
 
@@ -150,12 +210,19 @@ class _Importer:
         self.ops = AtenOps()
         self.graph = Graph()
         self.env: dict[Any, Any] = {}  # fx node → Value, or list of Values for several results
+        self.scalars: dict[Any, Any] = {}  # fx node → its Python number (data-dependent sizes, their arithmetic)
+        self.symbols: dict[Any, int] = {}  # unbacked size symbol (u0, ...) → its value
 
     def run(self, name: str) -> Graph:
         self.graph.name = name
         specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs if hasattr(s.arg, "name")}
         inputs: list[Value] = []
         outputs: list[Value] = []
+        for node, value in _data_dependent_scalars(self.ep, self.torch).items():
+            self.scalars[node] = value
+            expr = getattr(getattr(node.meta.get("val"), "node", None), "expr", None)
+            if expr is not None and getattr(expr, "is_Symbol", False):
+                self.symbols[expr] = int(value)
         for node in self.ep.graph.nodes:
             if node.op == "placeholder":
                 self._placeholder(node, specs.get(node.name), inputs)
@@ -178,7 +245,7 @@ class _Importer:
         dt = dtype_name(val.dtype)
         if dt not in DTYPE_NAMES:
             raise _fail(f"dtype {val.dtype} has no QNN counterpart", subject=subject, code="dtype")
-        return self.graph.add_value(self.graph.fresh_value_name(name), dt, _static_shape(val, subject))
+        return self.graph.add_value(self.graph.fresh_value_name(name), dt, _static_shape(val, subject, self.symbols))
 
     def _placeholder(self, node: Any, spec: Any, inputs: list[Value]) -> None:
         kind = spec.kind.name if spec is not None else "USER_INPUT"
@@ -221,6 +288,8 @@ class _Importer:
     # ---------------------------------------------------------------- ops
     def _call(self, node: Any) -> None:
         target = node.target
+        if self._scalar_op(node):
+            return
         if target is operator.getitem:
             src, idx = node.args
             v = self.env[src][idx]
@@ -232,6 +301,9 @@ class _Importer:
             raise _fail(f"unsupported op {target}", subject=f"node {node.name}", code="unsupported-op",
                         hint="only ATen ops are imported; higher-order and custom ops are not")
         if not target._schema.returns:
+            if target._schema.name == "aten::_assert_scalar" and self._resolve(node.args[0]) is False:
+                raise _fail(f"the program's own check fails on these constants: {node.args[1]}",
+                            subject=f"node {node.name}", code="torch-import")
             return  # _assert_tensor_metadata and other checks without results
         packet = target._schema.name.split("::", 1)[1]
         if packet == "unbind":
@@ -255,9 +327,42 @@ class _Importer:
         self.graph.add_op(node.name, f"aten.{form.type_name}", operands, results, attrs_)
         self.env[node] = results if isinstance(val, (tuple, list)) else results[0]
 
+    def _resolve(self, x: Any) -> Any:
+        """An argument with data-dependent sizes replaced by their values (lists too)."""
+        if isinstance(x, (list, tuple)):
+            return type(x)(self._resolve(e) for e in x)
+        if hasattr(x, "op") and x in self.scalars:
+            return self.scalars[x]
+        return _concrete(x, self.symbols)
+
+    def _scalar_op(self, node: Any) -> bool:
+        """A known `item()`, or Python arithmetic/comparison of known sizes (operator.add, ge, ...):
+        recorded as a number, no op emitted."""
+        if node in self.scalars:
+            return True
+        target = node.target
+        is_aten_size = isinstance(target, self.torch._ops.OpOverload) and \
+            target._schema.name in ("aten::sym_size", "aten::sym_numel")
+        if getattr(target, "__module__", None) not in ("_operator", "operator", "math") and not is_aten_size:
+            return False
+        if target is operator.getitem:
+            return False
+        args = [self._resolve(a) for a in node.args]
+        if is_aten_size:
+            v = self.env.get(node.args[0])
+            if not isinstance(v, Value) or v.shape is None:
+                return False
+            self.scalars[node] = v.shape[args[1]] if target._schema.name == "aten::sym_size" else int(np.prod(v.shape))
+            return True
+        if any(hasattr(a, "op") or isinstance(a, (self.torch.SymInt, self.torch.SymFloat, self.torch.SymBool))
+               for a in args):
+            return False
+        self.scalars[node] = target(*args)
+        return True
+
     def _unbind(self, node: Any, target: Any) -> None:
         """unbind(x, dim) is one `select` per index: the results are separate tensors."""
-        bound = _bind(target._schema, node.args, node.kwargs, node.name)
+        bound = {k: self._resolve(v) for k, v in _bind(target._schema, node.args, node.kwargs, node.name).items()}
         x = self._operand(bound["self"], node.name)
         results = [self._value(f"{node.name}_{i}", v) for i, v in enumerate(node.meta.get("val"))]
         for i, r in enumerate(results):
@@ -284,7 +389,7 @@ class _Importer:
         self.env[node] = [value, None]
 
     def _arguments(self, node: Any, sig: Signature, schema: Any) -> tuple[list[Value | None], dict[str, Any]]:
-        bound = _bind(schema, node.args, node.kwargs, node.name)
+        bound = {k: self._resolve(v) for k, v in _bind(schema, node.args, node.kwargs, node.name).items()}
         operands: list[Value | None] = []
         scalars: list[tuple[int, str, Any]] = []
         attrs_: dict[str, Any] = {}

@@ -155,7 +155,50 @@ def test_unsupported_convolution_has_a_reason(rules) -> None:
         def forward(self, x):
             return self.up(x)
 
-    graph = load_exported(torch.export.export(Dilated(), (torch.randn(1, 2, 5, 5),), strict=False))
-    result = qlower.lower(graph, rules, backend="cpu")
+    x = torch.randn(1, 2, 5, 5)
+    graph = load_exported(torch.export.export(Dilated(), (x,), strict=False))
+    result = qlower.lower(graph, rules, backend="gpu")  # no TransposeConv3d there
     assert not result.ok
-    assert any("without dilation" in d.message for d in result.errors)
+    assert any("only on CPU and HTP" in d.message for d in result.errors)
+    torch.manual_seed(0)
+    assert _lower_and_compare(Dilated(), (x,), rules, "cpu", False).get("TransposeConv3d") == 1
+
+
+class WindowSplit(nn.Module):
+    """Attention within windows whose bounds are a constant tensor read with `.tolist()` (as Qwen2.5-VL's
+    vision tower splits q/k/v): torch.export keeps the sizes as unbacked symbols the importer resolves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self._bounds = [torch.tensor([0, 3, 8, 12], dtype=torch.int32)]  # a list: lifted as a constant
+
+    def forward(self, x):
+        cu = self._bounds[0]
+        h = self.proj(x)
+        parts = torch.split(h, (cu[1:] - cu[:-1]).tolist(), dim=0)
+        return torch.cat([torch.softmax(p @ p.T, -1) @ p for p in parts]) * (cu[-1] - cu[0]).item()
+
+
+@pytest.mark.parametrize("core", [False, True], ids=["export", "core-aten"])
+def test_data_dependent_sizes_from_constants(rules, core: bool) -> None:
+    torch.manual_seed(0)
+    counts = _lower_and_compare(WindowSplit(), (torch.randn(12, 8),), rules, "cpu", core)
+    assert counts.get("Softmax") == 3  # one attention per window of sizes 3, 5, 4
+
+
+class Up3d(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose3d(4, 2, (2, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1), output_padding=(0, 1, 1))
+
+    def forward(self, x):
+        return self.up(x)
+
+
+@pytest.mark.parametrize("core", [False, True], ids=["export", "core-aten"])
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_conv_transpose3d(rules, backend: str, core: bool) -> None:
+    torch.manual_seed(0)
+    counts = _lower_and_compare(Up3d(), (torch.randn(1, 4, 2, 3, 3),), rules, backend, core)
+    assert counts.get("TransposeConv3d") == 1
