@@ -183,12 +183,16 @@ def _route_in(v: Value, op: Op, registry: OpDefRegistry, backend: str, src: str,
 
 
 def _route_back(r: Value, op: Op, registry: OpDefRegistry, backend: str, src: str, dst: str) -> str | None:
-    """How result `r` (dtype `src`) is made from `dst`: "cast", "fixed" (Quantize) or None."""
-    if datatypes_allowed(registry, "Cast", backend, [_DT[dst]], [_DT[src]]):
+    """How result `r` (dtype `src`) is made from `dst`: "cast", "fixed" (Quantize) or None.
+
+    Fixed point is preferred where the backend's Cast cannot read the plain type again.
+    """
+    cast = datatypes_allowed(registry, "Cast", backend, [_DT[dst]], [_DT[src]])
+    if cast and _cast_in(registry, backend, src, "int32"):
         return "cast"
     if not r.is_input and _retypeable(r, op, registry, backend) and _fixed_back(registry, backend, src, dst):
         return "fixed"
-    return None
+    return "cast" if cast else None
 
 
 def _conversions_ok(registry: OpDefRegistry, backend: str, src: str, t: _Target, op: Op) -> bool:
