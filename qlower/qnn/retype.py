@@ -18,6 +18,12 @@ Conversions are exact or not made:
   `wrapping`, as the two's-complement int32 of the same bits (Add, Subtract, Multiply). The result
   is rebuilt as a uint32 from int32 pieces below 2^31 with wrapping uint32 Multiply
   (2^31 + w = (2^31 + 1)·w for odd w, 2·(2^30 + w/2) for even w).
+- int8/int16/uint8/uint16 where the backend's Cast does not read the plain type (CPU, HTP): the
+  bytes of such a tensor are those of a fixed-point tensor with scale 1 and offset 0 (INT_8 ↔
+  SFIXED_POINT_8, UINT_16 ↔ UFIXED_POINT_16...). A graph input, or a result, whose every other use
+  is an op the backend cannot take as it is, is retyped to that identity encoding; it is converted
+  with Dequantize (exact: float32 holds every 16-bit integer) and Cast float32 → int32, and back
+  with Cast int32 → float32 and Quantize (exact: the values are in range, after wrapping).
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ import attrs
 import numpy as np
 
 from qlower.graph.core import Graph, Op, Provenance, Value
-from qlower.graph.types import canonical_dtype
-from qlower.qnn.datatypes import DataType
+from qlower.graph.types import Quant, canonical_dtype
+from qlower.qnn.datatypes import DataType, from_numpy
 from qlower.qnn.opdef import OpDefRegistry
 from qlower.qnn.validate import datatypes_allowed
 
@@ -54,16 +60,38 @@ _U32_OUT_OPS = (*_WRAP_OPS, ("ElementWiseEqual", [_I32, _I32], [_B]), ("Cast", [
                 ("ElementWiseMultiply", [_U32, _U32], [_U32]))
 
 
+# The identity encoding: a fixed-point tensor with it stores exactly the integers it means.
+_IDENTITY = Quant((1.0,), (0,))
+_FIXED_OK = ("int8", "int16", "uint8", "uint16")  # every value exact in float32
+
+
 @attrs.frozen
 class _Target:
     dtype: str  # numpy dtype name
     wrapping: bool
 
 
+def _identity(v: Value | None) -> bool:
+    """Whether `v` is an integer retyped to fixed point with the identity encoding (see module doc)."""
+    return v is not None and v.quant == _IDENTITY and np.dtype(v.dtype).name in _FIXED_OK
+
+
 def _dt(v: Value | None) -> DataType | None:
+    """The plain datatype `v` holds (an identity-encoded value counts as its plain integers)."""
     if v is None:
         return None
-    return _DT.get(np.dtype(v.dtype).name) if v.quant is None else None
+    return _DT.get(np.dtype(v.dtype).name) if v.quant is None or _identity(v) else None
+
+
+def _real_dt(v: Value | None) -> DataType | None:
+    """The datatype `v` has in the QNN graph."""
+    if v is None:
+        return None
+    return from_numpy(v.dtype, quantized=True) if _identity(v) else _dt(v)
+
+
+def _fixed(src: str) -> DataType:
+    return from_numpy(src, quantized=True)
 
 
 def _name(v: Value) -> str:
@@ -112,16 +140,75 @@ def _all_allowed(registry: OpDefRegistry, backend: str, ops: Sequence) -> bool:
     return all(datatypes_allowed(registry, op, backend, ins, outs) for op, ins, outs in ops)
 
 
-def _conversions_ok(registry: OpDefRegistry, backend: str, src: str, t: _Target, into: bool, back: bool) -> bool:
-    """Whether the backend has the ops to convert `src` into `t` (`into`) and the result back (`back`)."""
-    dst = t.dtype
-    if _is_u32_i32(src, dst):
-        return (not into or _all_allowed(registry, backend, _U32_IN_OPS)) and (
-            not back or _all_allowed(registry, backend, _U32_OUT_OPS))
-    if into and not (_holds(src, dst) and datatypes_allowed(registry, "Cast", backend, [_DT[src]], [_DT[dst]])):
+def _cast_in(registry: OpDefRegistry, backend: str, src: str, dst: str) -> bool:
+    return _holds(src, dst) and datatypes_allowed(registry, "Cast", backend, [_DT[src]], [_DT[dst]])
+
+
+def _fixed_in(registry: OpDefRegistry, backend: str, src: str, dst: str) -> bool:
+    """Dequantize of the identity-encoded `src` to float32, then (for int32) a Cast."""
+    return (src in _FIXED_OK and dst in ("float32", "int32")
+            and datatypes_allowed(registry, "Dequantize", backend, [_fixed(src)], [_F32])
+            and (dst == "float32" or datatypes_allowed(registry, "Cast", backend, [_F32], [_I32])))
+
+
+def _fixed_back(registry: OpDefRegistry, backend: str, src: str, dst: str) -> bool:
+    """(For int32 a Cast to float32, then) Quantize to the identity-encoded `src`."""
+    return (src in _FIXED_OK and dst in ("float32", "int32")
+            and datatypes_allowed(registry, "Quantize", backend, [_F32], [_fixed(src)])
+            and (dst == "float32" or datatypes_allowed(registry, "Cast", backend, [_I32], [_F32])))
+
+
+def _valid_as_is(op: Op, registry: OpDefRegistry, backend: str) -> bool:
+    ins, outs = [_real_dt(v) for v in op.operands], [_real_dt(r) for r in op.results]
+    return (None not in outs and all(d is not None for v, d in zip(op.operands, ins) if v is not None)
+            and datatypes_allowed(registry, op.type[4:], backend, ins, outs))
+
+
+def _retypeable(v: Value, op: Op, registry: OpDefRegistry, backend: str) -> bool:
+    """Whether `v` may become identity-encoded: no other use takes it as the plain integer it is."""
+    if v.data is not None or (v.producer is None and not v.is_input):
         return False
-    if back:
-        if not datatypes_allowed(registry, "Cast", backend, [_DT[dst]], [_DT[src]]):
+    return all(u is op or not u.type.startswith("qnn.") or _identity(v) or not _valid_as_is(u, registry, backend)
+               for u, _ in v.users)
+
+
+def _route_in(v: Value, op: Op, registry: OpDefRegistry, backend: str, src: str, dst: str) -> str | None:
+    """How operand `v` (dtype `src`) becomes `dst`: "cast", "fixed" (Dequantize) or None."""
+    if not _identity(v) and _cast_in(registry, backend, src, dst):
+        return "cast"
+    if (_identity(v) or v.is_input and v.producer is None and _retypeable(v, op, registry, backend)) and \
+            _fixed_in(registry, backend, src, dst):
+        return "fixed"
+    return None
+
+
+def _route_back(r: Value, op: Op, registry: OpDefRegistry, backend: str, src: str, dst: str) -> str | None:
+    """How result `r` (dtype `src`) is made from `dst`: "cast", "fixed" (Quantize) or None.
+
+    Fixed point is preferred where the backend's Cast cannot read the plain type again.
+    """
+    cast = datatypes_allowed(registry, "Cast", backend, [_DT[dst]], [_DT[src]])
+    if cast and _cast_in(registry, backend, src, "int32"):
+        return "cast"
+    if not r.is_input and _retypeable(r, op, registry, backend) and _fixed_back(registry, backend, src, dst):
+        return "fixed"
+    return "cast" if cast else None
+
+
+def _conversions_ok(registry: OpDefRegistry, backend: str, src: str, t: _Target, op: Op) -> bool:
+    """Whether the backend has the ops to convert `op`'s `src` operands into `t` and its results back."""
+    dst = t.dtype
+    ins = [v for v in op.operands if v is not None and v.data is None and _name(v) == src]
+    outs = [r for r in op.results if _name(r) == src]
+    if _is_u32_i32(src, dst):
+        return (not ins or _all_allowed(registry, backend, _U32_IN_OPS)) and (
+            not outs or _all_allowed(registry, backend, _U32_OUT_OPS))
+    if not _holds(src, dst) and ins:
+        return False
+    if any(_route_in(v, op, registry, backend, src, dst) is None for v in ins):
+        return False
+    if outs:
+        if any(_route_back(r, op, registry, backend, src, dst) is None for r in outs):
             return False
         if _needs_wrap(src, dst, t) and not (dst == "int32" and _all_allowed(registry, backend, _WRAP_OPS)):
             return False
@@ -148,10 +235,9 @@ def _choice(op: Op, mapping: dict[str, list[_Target]], registry: OpDefRegistry, 
 
                 if not datatypes_allowed(registry, t, backend, dts(op.operands), dts(op.results)):
                     continue
-                if all(_conversions_ok(registry, backend, k, tgt,
-                                       any(v is not None and v.data is None and _name(v) == k for v in op.operands),
-                                       any(_name(r) == k for r in op.results))
-                       for k, tgt in swap.items()):
+                if any(_identity(v) and _name(v) not in swap for v in values):
+                    continue  # an identity-encoded value is always converted back to plain
+                if all(_conversions_ok(registry, backend, k, tgt, op) for k, tgt in swap.items()):
                     return swap
     return None
 
@@ -258,7 +344,7 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
         outs = [_dt(r) for r in op.results]
         if None in outs or any(d is None for v, d in zip(op.operands, ins) if v is not None):
             continue
-        if datatypes_allowed(registry, op.type[4:], backend, ins, outs):
+        if _valid_as_is(op, registry, backend):
             continue
         mapping = _mapping(computes, op.type, backend)
         swap = _choice(op, mapping, registry, backend) if mapping else None
@@ -277,6 +363,11 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
                                          data=_static(v.data, src, t))
                 elif _is_u32_i32(src, t.dtype):
                     nv = b.u32_to_i32(v, t.wrapping)
+                elif _route_in(v, op, registry, backend, src, t.dtype) == "fixed":
+                    v.quant = _IDENTITY
+                    nv = b.op("Dequantize", [v], "float32")
+                    if t.dtype != "float32":
+                        nv = b.op("Cast", [nv], t.dtype)
                 else:
                     nv = b.op("Cast", [v], t.dtype)
                 converted[(v.name, t)] = nv
@@ -285,13 +376,18 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
             if _name(r) not in swap:
                 continue
             src, t = _name(r), swap[_name(r)]
+            route = None if _is_u32_i32(src, t.dtype) else _route_back(r, op, registry, backend, src, t.dtype)
             nv = graph.add_value(graph.fresh_value_name(f"{r.name}.{t.dtype}"), np.dtype(t.dtype), r.shape)
             graph.replace_result(op, j, nv)
             b = _Builder(graph, prov, f"{r.name}.from_{t.dtype}", r.shape)
             if _is_u32_i32(src, t.dtype):
                 b.i32_to_u32(nv, t.wrapping, r)
+                continue
+            w = b.wrap(nv, src) if _needs_wrap(src, t.dtype, t) else nv
+            if route == "fixed":
+                r.quant = _IDENTITY
+                b.op("Quantize", [w if t.dtype == "float32" else b.op("Cast", [w], "float32")], src, r)
             else:
-                b.op("Cast", [b.wrap(nv, src) if _needs_wrap(src, t.dtype, t) else nv], src, r)
+                b.op("Cast", [w], src, r)
         changed += 1
     return changed
-
