@@ -8,6 +8,7 @@ lowering, validation), 2 a usage error. No traceback reaches the user unless
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -191,6 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print("qlower: interrupted", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (`qlower explain ... | head`): stop quietly, and point stdout at
+        # devnull so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as exc:  # a bug in qlower, not in the user's input
         if args.debug:
