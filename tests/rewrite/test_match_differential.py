@@ -154,14 +154,19 @@ def test_simple_root_agrees_with_the_general_matcher(text, data):
     assert _outcome(fast.match, op) == _outcome(general.match, op), text
 
 
-@settings(max_examples=150, deadline=None)
-@given(simple_rules(), st.data(), st.booleans())
-def test_the_listener_observes_and_explains_every_failure(text, data, fast):
+def _with_and_without_listener(text: str, data, fast: bool):
+    """The rule's outcome on a drawn graph without and with a listener, and the listener."""
     g, root = data.draw(graphs(*_root_of(text)))
     op = g.op(root)
     rule = _compiled(text, fast=fast)
     trace = MatchTrace()
-    plain, traced = _outcome(rule.match, op), _outcome(rule.match, op, trace)
+    return _outcome(rule.match, op), _outcome(rule.match, op, trace), trace
+
+
+@settings(max_examples=150, deadline=None)
+@given(simple_rules(), st.data(), st.booleans())
+def test_the_listener_observes_and_explains_every_failure(text, data, fast):
+    plain, traced, trace = _with_and_without_listener(text, data, fast)
     assert plain == traced, text
     if traced is None:
         assert trace.best() is not None, text  # no silent failure branch
@@ -182,11 +187,7 @@ NESTED = [
 @settings(max_examples=100, deadline=None)
 @given(st.sampled_from(NESTED), st.data())
 def test_the_listener_explains_failures_of_nested_patterns(text, data):
-    g, root = data.draw(graphs(*_root_of(text)))
-    op = g.op(root)
-    rule = _compiled(text, fast=True)
-    trace = MatchTrace()
-    plain, traced = _outcome(rule.match, op), _outcome(rule.match, op, trace)
+    plain, traced, trace = _with_and_without_listener(text, data, fast=True)
     assert plain == traced, text
     if traced is None:
         best = trace.best()
