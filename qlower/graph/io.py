@@ -46,37 +46,42 @@ _INTS = frozenset({int})
 
 
 # ------------------------------------------------------------------ loading
-def _decode(text: str) -> Any:
+def _decode(text: str | bytes) -> Any:
     """JSON → Python objects. Big files (graphs of 10^5+ ops, block encodings) go through orjson
     when it is installed (several times faster); what orjson refuses (NaN/Infinity) and every
     error (for json's line:col) go through json. orjson reads an integer literal beyond 64 bits as
     a float, so on big files such a value is reported as "not an integer" rather than "too large"."""
     if _orjson is not None and len(text) >= _ORJSON_MIN:
         try:
-            return _orjson.loads(text)
+            return _orjson.loads(text)  # bytes: no str of the whole file is made
         except _orjson.JSONDecodeError:
             pass
-    return json.loads(text)
+    return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
 
 
 def load_graph(path: str | Path) -> Graph:
     """Read a graph file; npz references resolve against the file's folder."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        if len(raw) < _ORJSON_MIN or _orjson is None:
+            raw = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise QlowerError(error(f"cannot read graph file {path}: {getattr(e, 'strerror', None) or e}",
                                 code="io")) from None
-    return loads_graph(text, base_dir=path.parent, file=str(path))
+    return loads_graph(raw, base_dir=path.parent, file=str(path))
 
 
-def loads_graph(text: str, base_dir: Path | None = None, file: str = "<string>") -> Graph:
-    """Parse graph JSON; `base_dir` (default: the working directory) anchors npz paths."""
+def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<string>") -> Graph:
+    """Parse graph JSON (text, or UTF-8 bytes); `base_dir` (default: the working directory) anchors npz
+    paths."""
     enabled = gc.isenabled()
     gc.disable()  # a load allocates millions of acyclic objects; cyclic GC passes would dominate
     try:
         try:
             doc = _decode(text)
+        except UnicodeDecodeError as e:
+            raise QlowerError(error(f"cannot read graph file {file}: {e}", code="io")) from None
         except json.JSONDecodeError as e:
             raise QlowerError(error(f"invalid JSON: {e.msg}", span=Span.point(file, e.lineno, e.colno),
                                     code="invalid-json")) from None
@@ -98,7 +103,7 @@ def _fmt(x: Any) -> str:
 class _Loader:
     """State of one load: the source (to locate errors), collected errors, open npz archives."""
 
-    text: str
+    source: str | bytes  # the file's text, or its UTF-8 bytes (decoded only to locate an error)
     file: str
     base_dir: Path
     errors: list[Diagnostic] = attrs.Factory(list)
@@ -120,16 +125,19 @@ class _Loader:
         if subject is None:
             return None
         kind, _, name = subject.partition(" ")
+        if isinstance(self.source, bytes):
+            self.source = self.source.decode("utf-8", errors="replace")
+        text = self.source
         quoted = re.escape(json.dumps(name, ensure_ascii=False))
         if kind == "tensor":
-            start = self.text.find('"tensors"')
-            m = re.compile(quoted + r"\s*:\s*[{\[]").search(self.text, max(start, 0))
+            start = text.find('"tensors"')
+            m = re.compile(quoted + r"\s*:\s*[{\[]").search(text, max(start, 0))
         else:
-            m = re.compile(r'"name"\s*:\s*' + quoted).search(self.text)
+            m = re.compile(r'"name"\s*:\s*' + quoted).search(text)
         if m is None:
             return None
-        line = self.text.count("\n", 0, m.start()) + 1
-        return Span.point(self.file, line, m.start() - self.text.rfind("\n", 0, m.start()))
+        line = text.count("\n", 0, m.start()) + 1
+        return Span.point(self.file, line, m.start() - text.rfind("\n", 0, m.start()))
 
     # ---------------------------------------------------------------- top
     def load(self, doc: Any) -> Graph:
