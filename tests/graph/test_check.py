@@ -164,3 +164,41 @@ def test_typo_of_is_strict():
     assert typo_of("aten.conv2d", ["aten.clone"]) is None
     assert typo_of("onnx.ReduceLogSum", ["onnx.ReduceLogSumExp"]) is None
     assert typo_of("onnx.softmax", ["onnx.Softmax"]) == "onnx.Softmax"
+
+
+def test_one_pass_proof_agrees_with_the_full_checks():
+    """The one-pass proof that a graph is well formed (`_all_well`) says "fine" exactly when the full
+    value and op checks find nothing, over random small graphs with random defects."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from qlower.graph.check import _all_well, _check_ops, _check_values
+
+    types = ["mllm.Add", "mllm.Linear", "mllm.Concat", "mllm.Split", "mllm.Nope", "other.Op"]
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.data())
+    def law(data):
+        g = Graph("g")
+        pool = [g.add_value("x", "float32", (1, 4)), g.add_value("w", "float32", (4,), data=np.ones(4, np.float32))]
+        if data.draw(st.booleans()):
+            pool.append(g.add_value("orphan", "float32", None if data.draw(st.booleans()) else (1, 4)))
+        if data.draw(st.booleans()):  # a value of another graph, named like one of this graph
+            pool.append(Graph("h").add_value("x", "float32", (1, 4), data=np.ones((1, 4), np.float32)))
+        for i in range(data.draw(st.integers(0, 6))):
+            n = data.draw(st.integers(0, 3))
+            operands = [data.draw(st.sampled_from(pool + [None])) for _ in range(n)]
+            results = [g.add_value(f"v{i}_{k}", "float32", (1, 4)) for k in range(data.draw(st.integers(0, 2)))]
+            g.add_op(f"n{i}", data.draw(st.sampled_from(types)), operands, results)
+            pool += results
+        if data.draw(st.booleans()) and len(g) > 0:
+            g.detach_op(next(iter(g.ops)))  # its users keep pointing at a removed producer
+        outs = [v for v in pool[2:] if data.draw(st.booleans())]
+        g.set_io([pool[0]], outs)
+        decls = data.draw(st.sampled_from([None, DECLS]))
+        need = data.draw(st.booleans())
+        live = {id(op) for op in g.ops}
+        found = list(_check_values(g, live, need)) + list(_check_ops(g, live, decls))
+        assert _all_well(g, decls, need) == (not found), found
+
+    law()
