@@ -59,6 +59,53 @@ class Outcome:
         return not any(d.is_error for d in self.diagnostics)
 
 
+def stored_enum_literals(rule: ast.Rule, opdefs: Any, target: str) -> ast.Rule:
+    """The rule with each enum literal in a target-op attribute pattern (`{ operation: "HARD_SIGMOID" }`)
+    replaced by the value lowering stores for it (emit writes enum params as their index), so
+    a cleanup rule matches the ops lowering made. The checker has already rejected unknown names."""
+    prefix = target + "."
+
+    def pattern(p: ast.OpPattern) -> ast.OpPattern:
+        attrs_ = p.attrs
+        if any(a.kind == "literal" and isinstance(a.value, str) for a in attrs_) and len(p.op_types) == 1 \
+                and p.op_types[0].startswith(prefix):
+            name = p.op_types[0][len(prefix):]
+            new = []
+            for a in attrs_:
+                pdef = opdefs.param(name, a.name) if a.kind == "literal" and isinstance(a.value, str) else None
+                if pdef is not None and pdef.enum:
+                    names = [e.upper() for e in pdef.enum]
+                    if a.value.upper() in names:
+                        a = attrs.evolve(a, value=names.index(a.value.upper()))
+                new.append(a)
+            attrs_ = tuple(new)
+        operands = tuple(operand(o) for o in p.operands)
+        if attrs_ is p.attrs and all(x is y for x, y in zip(operands, p.operands)):
+            return p
+        return attrs.evolve(p, attrs=attrs_, operands=operands)
+
+    def operand(o: Any) -> Any:
+        if isinstance(o, ast.OpPattern):
+            return pattern(o)
+        if isinstance(o, ast.NamedNested):
+            q = pattern(o.pattern)
+            return o if q is o.pattern else attrs.evolve(o, pattern=q)
+        if isinstance(o, ast.Alternatives):
+            opts = tuple(operand(x) for x in o.options)
+            return o if all(x is y for x, y in zip(opts, o.options)) else attrs.evolve(o, options=opts)
+        return o
+
+    body = []
+    changed = False
+    for stmt in rule.body:
+        if isinstance(stmt, ast.Match):
+            q = pattern(stmt.pattern)
+            if q is not stmt.pattern:
+                stmt, changed = attrs.evolve(stmt, pattern=q), True
+        body.append(stmt)
+    return attrs.evolve(rule, body=tuple(body)) if changed else rule
+
+
 def _subject(op: Op) -> str:
     return f"node {op.name} ({op.type})"
 
@@ -76,7 +123,10 @@ class Engine:
         self._prefix = target + "."
         compiled: list[CompiledRule] = []
         self.programs: dict[str, EmitProgram] = {}
+        opdefs = getattr(registry, "opdefs", None)
         for i, rule in enumerate(rules):
+            if opdefs is not None:
+                rule = stored_enum_literals(rule, opdefs, target)
             c = compile_rule(rule, i, decls, self.functions, target)
             program = EmitProgram(c, registry, self.functions, _bound_names(rule))
             object.__setattr__(c, "program", program)  # rule and its emission travel together

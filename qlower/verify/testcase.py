@@ -201,6 +201,20 @@ class RuleTest:
         g.set_io(inputs, outputs)
         return g, {v.name: real[v.name] for v in outputs}, dict(feeds)
 
+    def _target_params(self, node: ast.GraphNode, opdef: Any, attrs_: dict) -> dict:
+        """A target-dialect op's params as lowering stores them (enum names as their values, the
+        declared datatypes), so its kernel and the cleanup rules see what a lowered graph holds."""
+        from qlower.qnn.params import ParamError, coerce_param
+
+        out = {}
+        for name, value in attrs_.items():
+            pdef = opdef.param(name)
+            try:
+                out[name] = coerce_param(pdef, value) if pdef is not None else value
+            except ParamError as exc:
+                raise RuleTestFailure(f"test {self.name}: {node.op} param `{name}`: {exc}") from None
+        return out
+
     def _add_node(self, g: Graph, node: ast.GraphNode, real: dict) -> None:
         functions = self.rules.functions
         attrs_ = {p.name: compile_expr(p.expr, (), functions)({}) for p in node.params}
@@ -209,6 +223,9 @@ class RuleTest:
         kernel = self.rules.kernels.get(dialect, {}).get(opname)
         if kernel is None:
             raise RuleTestFailure(f"test {self.name}: no reference kernel for {node.op}")
+        registry = self.rules.registry
+        if registry is not None and dialect == registry.dialect and (opdef := registry.op(opname)) is not None:
+            attrs_ = self._target_params(node, opdef, attrs_)
         props = _props(node.props, functions)
         names = node.binders.names
         from qlower.qnn.convert import encoding_of
