@@ -251,24 +251,30 @@ def plan(graph: QnnGraph) -> Layout:
     reads: list[tuple[int, str]] = []
     odd: list[str] = []
     total = 0
+    NATIVE = TensorType.NATIVE
+    plain_dims: set[tuple[int, ...]] = set()  # dims seen without a negative entry
     for i, (name, t) in enumerate(tensors.items()):
-        if name != t.name:
+        if name is not t.name and name != t.name:
             raise _fail(f"registered under '{name}' but named '{t.name}'", f"tensor '{t.name}'")
         kind, dims = t.type, t.dims
+        if kind is NATIVE and t.data is None and t.encoding is None and dims in plain_dims \
+                and t.datatype not in _NO_STORAGE:
+            continue  # the common case: an unquantized activation of a shape seen before
         if (kind is STATIC or t.data is not None or t.datatype in _NO_STORAGE
                 or (dims and min(dims) < 0)):  # else: nothing to check about its storage
             count = _check_storage(t, f"tensor '{name}'", shapes)
             if kind is STATIC:
                 statics.append(t)
                 total += count
+        elif len(plain_dims) < 1 << 16:
+            plain_dims.add(dims)
         if t.encoding is not None:
             _check_encoding(t, f"tensor '{name}'")
         if kind is APP_WRITE:
             writes.append((i, name))
         elif kind is APP_READ:
             reads.append((i, name))
-        if not (name.isascii() and name.isidentifier()):
-            odd.append(name)
+    odd = [n for n in tensors if not (n.isascii() and n.isidentifier())]
     io_ids = _io_ids(gsub, "input", "inputs", APP_WRITE, graph.inputs, writes, tensors)
     io_ids.update(_io_ids(gsub, "output", "outputs", APP_READ, graph.outputs, reads, tensors))
     seen_nodes: set[str] = set()
@@ -278,22 +284,30 @@ def plan(graph: QnnGraph) -> Layout:
     produced: set[str] = set()
     op_types: set[str] = set()
     known = tensors.__contains__
-    for op in graph.ops:
-        name = op.name
-        if not name or name in seen_nodes:
-            raise _fail("node name is empty or used twice", f"node '{name}'")
-        seen_nodes.add(name)
-        if not (name.isascii() and name.isidentifier()):
-            odd_nodes.append(name)
-        op_types.add(op.type)
-        outputs = op.outputs
-        if not (all(map(known, op.inputs)) and all(map(known, outputs))):
-            n = next(n for n in (*op.inputs, *outputs) if n not in tensors)
-            raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{name}'")
-        produced.update(outputs)
-        params = op.params
-        if not params:
+    ops = graph.ops
+    # whole-graph checks as set operations (a million ops: a fraction of a second); the first
+    # offending node is looked for only when one fails
+    names = [op.name for op in ops]
+    seen_nodes.update(names)
+    if len(seen_nodes) != len(names) or "" in seen_nodes:
+        seen: set[str] = set()
+        for name in names:
+            if not name or name in seen:
+                raise _fail("node name is empty or used twice", f"node '{name}'")
+            seen.add(name)
+    odd_nodes = [n for n in names if not (n.isascii() and n.isidentifier())]
+    op_types = {op.type for op in ops}
+    produced = {n for op in ops for n in op.outputs}
+    if not (all(map(known, produced)) and all(map(known, (n for op in ops for n in op.inputs)))):
+        for op in ops:
+            n = next((n for n in (*op.inputs, *op.outputs) if n not in tensors), None)
+            if n is not None:
+                raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{op.name}'")
+    for op in ops:
+        if not op.params:
             continue
+        name = op.name
+        params = op.params
         if len(params) > 1 and len({p.name for p in params}) != len(params):
             raise _fail("has two params with the same name", f"node '{name}'")
         for p in params:
