@@ -189,12 +189,13 @@ def report(pack: str, c: Comparison, by_op: bool) -> list[str]:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="rule_lines.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("root", nargs="?", type=Path, default=Path(__file__).resolve().parents[1] / "patterns",
-                    help="folder of packs (default: the shipped patterns/)")
+    ap.add_argument("root", nargs="?", type=Path, default=None, help="folder of packs (default: the shipped patterns/)")
     ap.add_argument("--base", metavar="REV", help="compare against the packs at this git revision")
     ap.add_argument("--by-op", action="store_true", help="with --base: list every op type")
     ap.add_argument("--pack", action="append", metavar="NAME", help="only this pack (repeatable)")
     args = ap.parse_args(argv[1:])
+    shown = str(args.root) if args.root else "patterns/"
+    args.root = args.root or Path(__file__).resolve().parents[1] / "patterns"
     if not args.root.is_dir():
         print(f"rule_lines.py: no such folder: {args.root}", file=sys.stderr)
         return 1
@@ -216,12 +217,15 @@ def main(argv: list[str]) -> int:
                 print(f"{name}\t{n}")
             print(f"total\t{total}")
             return 0
-        print(f"rule lines: base {args.base} (then) against {args.root} (now)")
+        print(f"rule lines: {shown} at {args.base} (then) against the files now")
         for name in names:
             c = Comparison(pack_lines(then.get(name, [])), pack_lines(now.get(name, [])))
             print("\n".join(report(name, c, args.by_op)))
     except QlowerError as exc:
         print(f"rule_lines.py: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # a reader that went away (rule_lines.py | head): stop quietly
+        sys.stdout = None
         return 1
     return 0
 
