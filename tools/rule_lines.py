@@ -11,7 +11,8 @@ gains coverage, so it cannot tell whether rules got shorter; comparing the op ty
 already lowered can. Each rule or map is attributed to the op types its root pattern matches;
 a root `A | B | C` splits its lines evenly between A, B and C (so per-op figures add up to
 the total and a merged rule compares fairly with the separate rules it replaced). Fragments
-belong to no op type and get their own line. Reported per pack:
+(and any other item kind that is not a rule, map, test or declaration) belong to no op
+type and get their own line. Reported per pack:
   (a) op types the base lowered: lines then and now (now 0 if no rule roots there any more),
   (b) op types new since the base: lines now,
   (c) fragments, and totals then and now.
@@ -42,7 +43,7 @@ FRAGMENTS = "(fragments)"
 class Item:
     """One counted item: a rule, map line or fragment, with the op types its root matches."""
 
-    kind: str  # "rule", "map" or "fragment"
+    kind: str  # "rule", "map", "fragment" (or a later item kind, lower-cased class name)
     name: str
     roots: tuple[str, ...]  # () for a fragment
     lines: int
@@ -110,10 +111,10 @@ def items(text: str, file: str = "<string>") -> list[Item]:
             kind, name = "rule", item.name
         elif isinstance(item, ast.MapDecl):
             roots, kind, name = item.pattern.op_types, "map", item.rule_name
-        elif isinstance(item, ast.Fragment):
-            roots, kind, name = (), "fragment", item.name
-        else:
+        elif isinstance(item, (ast.Test, ast.OpDecl, ast.ComputeDecl, ast.Import)):
             continue
+        else:  # a fragment, or any item kind added later (shared by rules, so never uncounted)
+            roots, kind, name = (), type(item).__name__.lower(), getattr(item, "name", "")
         out.append(Item(kind, name, tuple(roots), _code_lines(lines, item.span.line, starts[k + 1] - 1)))
     return out
 
@@ -130,7 +131,7 @@ def pack_lines(files: Iterable[tuple[str, str]]) -> PackLines:
     fragments = 0
     for name, text in files:
         for item in items(text, name):
-            if item.kind == "fragment" or not item.roots:
+            if not item.roots:
                 fragments += item.lines
                 continue
             share = item.lines / len(item.roots)
@@ -180,10 +181,10 @@ def report(pack: str, c: Comparison, by_op: bool) -> list[str]:
            f"  (c) total                                then {_fmt(c.then.total):>6}  now {_fmt(c.now.total):>6}"]
     if by_op:
         ops = sorted(set(c.then.by_op) | set(c.now.by_op), key=lambda o: (-c.now.by_op.get(o, 0.0), o))
-        out.append(f"      {'op type':<36}{'then':>7}{'now':>7}{'items':>7}")
+        out.append(f"      {'op type':<44}{'then':>7}{'now':>7}{'items':>7}")
         for op in ops:
             then = _fmt(c.then.by_op[op]) if op in c.then.by_op else "-"
-            out.append(f"      {op:<36}{then:>7}{_fmt(c.now.by_op.get(op, 0.0)):>7}{c.now.items_by_op.get(op, 0):>7}")
+            out.append(f"      {op:<44}{then:>7}{_fmt(c.now.by_op.get(op, 0.0)):>7}{c.now.items_by_op.get(op, 0):>7}")
     return out
 
 
