@@ -72,3 +72,8 @@ def test_canonical_names_follow_first_appearance(model):
 def test_unknown_pack_is_a_usage_error(model, capsys):
     assert pack_diff.main(["pack_diff.py", "--base", "HEAD", "--pack", "no_such_pack", str(model)]) == 2
     assert "no shipped pack no_such_pack" in capsys.readouterr().err
+
+
+def test_the_same_error_on_both_sides_is_the_same(model):
+    [(_, _, verdict)] = pack_diff.compare(_rules(NEG), _rules(NEG_RENAMED), [model], ["cpu"])
+    assert verdict.startswith("same (error:") and "sig" in verdict

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
+import re
 import subprocess
 import sys
 import tarfile
@@ -89,7 +90,9 @@ def _lower(model: Path, rules, backend: str):
     result = qlower.lower(load_model(model), rules, backend=backend)
     if result.errors:
         d = result.errors[0]
-        return f"error: {d.subject + ': ' if d.subject else ''}{d.message.splitlines()[0]}"
+        # the subject names the rule that emitted the node and its file: provenance, not behaviour
+        subject = re.sub(r", from rule [^)]*\)", ")", d.subject) + ": " if d.subject else ""
+        return f"error: {subject}{d.message.splitlines()[0]}"
     return canonical(result.qnn)
 
 
