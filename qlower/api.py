@@ -35,6 +35,9 @@ class Rules:
     registry: Any  # qlower.qnn.opdef.OpDefRegistry
     functions: FunctionTable
     kernels: Mapping[str, Mapping[str, Kernel]]
+    # qlower.qnn.registry.QnnOps: the one op registry (definitions, shape functions, kernels; QNN's and
+    # the plugins' custom ops), which lowering, conversion and the interpreter share
+    ops: Any = None
     # Engines compiled per backend; an Engine is reusable across graphs, so lowering many
     # graphs with one rule set compiles the rules once.
     _engines: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
@@ -50,7 +53,7 @@ class Rules:
         got = self._engines.get(backend)
         if got is None:
             got = self._engines[backend] = Engine(self.ruleset.rules, self.ruleset.ops,
-                                                  registry=QnnOps.build(self.registry),
+                                                  registry=self.ops if self.ops is not None else QnnOps.build(self.registry),
                                                   backend=backend, functions=self.functions,
                                                   target=self.registry.dialect)
         return got
@@ -67,7 +70,7 @@ def rules_from_text(text: str, *, name: str = "<rules>.qpat", opdefs: Sequence[s
     paths = [path] + ([extra.pack("qnn")] if cleanup and extra.pack("qnn") is not None else [])
     reg = load_registry(list(opdefs) + list(extra.opdef_paths))
     ruleset = _load(paths, registry=reg, functions=extra.functions, packs=extra.packs, overlay={path: text})
-    return Rules(ruleset, reg, extra.functions, extra.kernels)
+    return Rules(ruleset, reg, extra.functions, extra.kernels, extra.qnn_ops(reg))
 
 
 def load_registry(opdefs: Sequence[str | Path] = ()):
@@ -104,7 +107,7 @@ def load_rules(paths: Sequence[str | Path] = (), *, packs: Sequence[str] = (), o
     opdefs = list(opdefs) + list(extra.opdef_paths)
     reg = registry if registry is not None else load_registry(opdefs)
     ruleset = _load(all_paths, registry=reg, functions=functions, packs=extra.packs)
-    return Rules(ruleset, reg, functions, extra.kernels)
+    return Rules(ruleset, reg, functions, extra.kernels, extra.qnn_ops(reg))
 
 
 @attrs.define
@@ -226,7 +229,7 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         # reported each one that is not; converting would only report them again)
         if outcome.ok or (allow_partial and all(op.type.startswith("qnn.") for op in graph.ops)):
             try:
-                qg = to_qnn(graph, rules.registry)
+                qg = to_qnn(graph, rules.ops if rules.ops is not None else rules.registry)
             except QlowerError as exc:
                 diags.extend(exc.diagnostics)
             if qg is not None and validate:
