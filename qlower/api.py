@@ -233,7 +233,7 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
             except QlowerError as exc:
                 diags.extend(exc.diagnostics)
             if qg is not None and validate:
-                diags.extend(validate_graph(qg, rules.registry, backend))
+                diags.extend(validate_graph(qg, rules.registry, backend, ops=rules.ops))
         timings["validate"] = time.perf_counter() - t1
     return LowerResult(graph, qg, backend, diags, outcome.coverage, timings, ops_in, rules.sources)
 
@@ -263,7 +263,7 @@ def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[st
     feed = dict(inputs) if inputs is not None else random_inputs(source, seed)
     result.verification = verify_lowering(source, result.graph, result.qnn, rules.kernels, feed,
                                           backend=result.backend, policy=tolerance, localise=localise,
-                                          seed=used_seed)
+                                          seed=used_seed, ops=rules.ops)
     result.timings["verify"] = time.perf_counter() - t
     return result.verification
 

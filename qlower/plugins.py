@@ -34,6 +34,7 @@ from qlower.lang.builtins import builtin_functions
 
 
 GROUP = "qlower.plugins"
+BUILTIN = "qlower"  # the name qlower's own contributions go by
 TARGET = "qnn"  # the dialect whose kernels and shape functions join the QNN op registry
 
 
@@ -75,11 +76,20 @@ class Contributions:
             opdefs = OpDefRegistry.load(self.opdef_paths)
         return qnn_ops(opdefs, kernels=self.kernels.get(TARGET), shape_fns=self.shapes)
 
+    def interpreter_ops(self) -> QnnOps:
+        """The registry as the interpreter needs it: kernels of QNN's ops and the plugins' custom ops,
+        with only the plugins' op definitions (QNN's own XML, which running a graph does not read, costs
+        a third of a second to load)."""
+        return self.qnn_ops(OpDefRegistry.from_files(self.opdef_paths))
+
     def check_ops(self, ops: QnnOps) -> tuple[Diagnostic, ...]:
         """Warnings for shape functions and kernels of QNN-dialect ops no op definition names:
-        no rule can emit such an op, so they are dead (a typo, or a missing `opdefs` file)."""
+        no rule can emit such an op, so they are dead (a typo, or a missing `opdefs` file). qlower's
+        own gaps are tests/qnn/registry_gaps.txt's business."""
         out = []
         for p in self.plugins:
+            if p.name == BUILTIN:
+                continue
             named = [*((n, "shape function") for n in p.shapes), *((n, "kernel") for n in p.kernels.get(TARGET, {}))]
             for name, kind in named:
                 entry = ops.get(name)
@@ -112,7 +122,7 @@ def builtin_plugin() -> Plugin:
         from qlower.reference.aten_kernels import AtenKernels, declared_aten_ops
 
         kernels["aten"] = AtenKernels(declared_aten_ops(packs["aten"]))
-    return Plugin("qlower", packs, ROPE_FUNCTIONS, kernels, (), builtin_frontends())
+    return Plugin(BUILTIN, packs, ROPE_FUNCTIONS, kernels, (), builtin_frontends())
 
 
 def _importable(module: str) -> bool:
@@ -139,16 +149,16 @@ def merge(plugins: Iterable[Plugin]) -> Contributions:
     packs: dict[str, Path] = {}
     functions = builtin_functions()
     for f in functions.functions.values():
-        owner[("function", f.name)] = "qlower"
+        owner[("function", f.name)] = BUILTIN
     extra_functions: dict[str, Function] = {}
     kernels: dict[str, dict[str, Kernel]] = {}
     opdefs: list[Path] = []
     frontends: dict[str, Frontend] = {}
     shapes: dict[str, ShapeFn] = {}
     for name in builtin_shape_ops():  # QNN's own ops keep their shape rules and kernels
-        owner[("shape function", f"{TARGET}.{name}")] = "qlower"
+        owner[("shape function", f"{TARGET}.{name}")] = BUILTIN
     for name in QNN_KERNELS:
-        owner[("kernel", f"{TARGET}.{name}")] = "qlower"
+        owner[("kernel", f"{TARGET}.{name}")] = BUILTIN
     rejected: set[tuple[str, str]] = set()
     for p in plugins:
         for name, path in p.rule_packs.items():
