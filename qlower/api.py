@@ -217,7 +217,7 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         if float16 is None:
             float16 = runs_float_in_float16(backend)
         if float16 and outcome.ok:
-            to_float16(graph, rules.registry)
+            to_float16(graph, rules.registry, backend)
         if outcome.ok and rules.ruleset.computes:
             from qlower.qnn.retype import compute_in_supported_types
 

@@ -16,11 +16,11 @@ _F16 = np.dtype("float16")
 _PROV = Provenance("htp_float16", "qlower/qnn/precision.py", "")
 
 
-def _slot_accepts(registry, op_type: str, kind: str, index: int) -> bool:
-    """Whether some HTP datatype row allows FLOAT_16 at this input/output of the op."""
-    if registry is None:
+def _slot_accepts(registry, backend: str | None, op_type: str, kind: str, index: int) -> bool:
+    """Whether some datatype row of `backend` allows FLOAT_16 at this input/output of the op."""
+    if registry is None or backend is None:
         return True
-    sup = registry.supplement(op_type, "htp")
+    sup = registry.supplement(op_type, backend)
     if sup is None or not sup.rows:
         return True
     prefix = "in" if kind == "in" else "out"
@@ -34,19 +34,22 @@ def _slot_accepts(registry, op_type: str, kind: str, index: int) -> bool:
     return False
 
 
-def _keeps_f32(v, registry) -> bool:
+def _keeps_f32(v, registry, backend: str | None) -> bool:
     p = v.producer
-    if p is not None and p.type.startswith("qnn.") and not _slot_accepts(registry, p.type[4:], "out",
+    if p is not None and p.type.startswith("qnn.") and not _slot_accepts(registry, backend, p.type[4:], "out",
                                                                           p.results.index(v)):
         return True
-    return any(u.type.startswith("qnn.") and not _slot_accepts(registry, u.type[4:], "in", i) for u, i in v.users)
+    return any(u.type.startswith("qnn.") and not _slot_accepts(registry, backend, u.type[4:], "in", i)
+               for u, i in v.users)
 
 
-def to_float16(graph: Graph, registry=None) -> int:
+def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
     """Retype float32 values to float16 in place; returns how many values changed.
 
-    A value stays float32 where an adjacent op has no FLOAT_16 form on HTP
-    (Quantize's input, Dequantize's output), as the op definitions say.
+    A value stays float32 where an adjacent op has no FLOAT_16 form on `backend` (on HTP:
+    Quantize's input, Dequantize's output), as the op definitions say; without a registry and
+    backend every float32 value changes. Which backends run float in float16 is
+    qlower.qnn.backends.FLOAT16_BACKENDS.
     """
     inputs = {id(v) for v in graph.inputs}
     outputs = {id(v) for v in graph.outputs}
@@ -54,14 +57,14 @@ def to_float16(graph: Graph, registry=None) -> int:
     for v in list(graph.values):
         if v.dtype != _F32 or v.quant is not None or id(v) in inputs or id(v) in outputs:
             continue
-        if _keeps_f32(v, registry):
+        if _keeps_f32(v, registry, backend):
             continue
         v.dtype = _F16
         if v.data is not None:
             v.data = _saturate_f16(v.data)
         changed += 1
     for v in list(graph.inputs):
-        if v.dtype != _F32 or not v.users or _keeps_f32(v, registry):
+        if v.dtype != _F32 or not v.users or _keeps_f32(v, registry, backend):
             continue
         nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
         users = list(v.users)
@@ -71,7 +74,7 @@ def to_float16(graph: Graph, registry=None) -> int:
                 graph.set_operand(user, idx, nv)
         changed += 1
     for v in list(graph.outputs):
-        if v.dtype != _F32 or v.producer is None or _keeps_f32(v, registry):
+        if v.dtype != _F32 or v.producer is None or _keeps_f32(v, registry, backend):
             continue
         op = v.producer
         idx = op.results.index(v)

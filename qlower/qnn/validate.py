@@ -48,7 +48,7 @@ def _no_gc() -> Iterator[None]:
 
 def validate_graph(graph: QnnGraph, registry: OpDefRegistry, backend: str, *, ops: QnnOps | None = None
                    ) -> list[Diagnostic]:
-    """Every problem with every op of `graph` on `backend` (cpu, gpu, htp, dsp, lpai).
+    """Every problem with every op of `graph` on `backend` (one of qlower.qnn.backends.BACKENDS).
 
     `ops`: the op registry whose shape functions check shapes (with a plugin's custom ops);
     by default `registry` joined with the built-in shape rules."""

@@ -265,7 +265,7 @@ class RuleTest:
             raise RuleTestFailure(f"{where}: emitted {emitted}, expected {list(self.expect.ops)}")
         fp16 = runs_float_in_float16(backend) and any(v.dtype == np.float32 for v in graph.values)
         if fp16:
-            to_float16(graph, self.rules.registry)
+            to_float16(graph, self.rules.registry, backend)
         if self.rules.ruleset.computes:
             from qlower.qnn.retype import compute_in_supported_types
 
