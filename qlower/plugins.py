@@ -24,7 +24,7 @@ import attrs
 
 from qlower.diagnostics import Diagnostic, QlowerError, error, warning
 from qlower.frontends.builtin import Frontend, builtin_frontends
-from qlower.qnn.opdef import OpDefRegistry
+from qlower.qnn.opdef import QNN_PACKAGE, OpDefRegistry
 from qlower.qnn.registry import QnnOps, ShapeFn
 from qlower.qnn.shapes import supported_ops as builtin_shape_ops
 from qlower.reference.qnn import QNN_KERNELS, qnn_ops
@@ -83,9 +83,9 @@ class Contributions:
         return self.qnn_ops(OpDefRegistry.from_files(self.opdef_paths))
 
     def check_ops(self, ops: QnnOps) -> tuple[Diagnostic, ...]:
-        """Warnings for shape functions and kernels of QNN-dialect ops no op definition names:
-        no rule can emit such an op, so they are dead (a typo, or a missing `opdefs` file). qlower's
-        own gaps are tests/qnn/registry_gaps.txt's business."""
+        """Warnings for what no rule can reach: shape functions and kernels of QNN-dialect ops no op
+        definition names (a typo, or a missing `opdefs` file), and op-package ops whose name another
+        package's op (QNN's, usually) has. qlower's own gaps are tests/qnn/registry_gaps.txt's business."""
         out = []
         for p in self.plugins:
             if p.name == BUILTIN:
@@ -97,6 +97,14 @@ class Contributions:
                     out.append(warning(f"{kind} for {TARGET}.{name}, which no op definition names",
                                        subject=f"plugin {p.name}", code="plugin-undefined-op",
                                        hint="add the op package's OpDef XML to the plugin's `opdefs`"))
+        for package, name in ops.unreachable():
+            if package == QNN_PACKAGE:
+                continue
+            owner = ops.get(name)
+            out.append(warning(f"op {name} of op package {package} has the name of an op of package "
+                               f"{owner.package if owner is not None and owner.package else 'another package'}; "
+                               f"rules naming {TARGET}.{name} do not reach it", subject=f"op package {package}",
+                               code="plugin-shadowed-op", hint="give the custom op a name of its own"))
         return tuple(out)
 
 

@@ -193,3 +193,69 @@ def test_plugins_command_names_dead_shape_functions_and_broken_op_packages(monke
     monkeypatch.setattr(plugins, "discover", lambda: [Plugin("broken", opdefs=[bad])])
     assert main(["plugins"]) == 1
     assert "bad.xml" in capsys.readouterr().err
+
+
+SHADOWING = """<?xml version="1.0"?>
+<OpDefCollection PackageName="shadow.ops" Domain="aisw" Version="1.0">
+  <OpDefList>
+    <OpDef><Name>Relu</Name>
+      <Input><Name>in[0]</Name><Mandatory>true</Mandatory><Datatype>BACKEND_SPECIFIC</Datatype>
+        <Shape><Rank>ND</Rank></Shape></Input>
+      <Output><Name>out[0]</Name><Mandatory>true</Mandatory><Datatype>BACKEND_SPECIFIC</Datatype></Output>
+      <SupportedBackend>HTP</SupportedBackend></OpDef>
+    <OpDef><Name>ArgMax</Name>
+      <Input><Name>in[0]</Name><Mandatory>true</Mandatory><Datatype>BACKEND_SPECIFIC</Datatype>
+        <Shape><Rank>ND</Rank></Shape></Input>
+      <Output><Name>out[0]</Name><Mandatory>true</Mandatory><Datatype>BACKEND_SPECIFIC</Datatype></Output>
+      <Parameter><Name>axis</Name><Mandatory>true</Mandatory><Datatype>QNN_DATATYPE_INT_32</Datatype>
+        <Shape><Rank>SCALAR</Rank></Shape></Parameter>
+      <SupportedBackend>HTP</SupportedBackend></OpDef>
+  </OpDefList>
+</OpDefCollection>
+"""
+
+
+def test_an_op_package_op_named_like_a_qnn_op(monkeypatch, tmp_path, capsys):
+    """Like the SDK's example packages (ReluOpPackage defines `Relu`): QNN's op keeps the name, and
+    `qlower plugins` says the package's op is out of reach; an exact name QNN only has as a
+    spelling (`ArgMax` for `Argmax`) is the package's."""
+    xml = tmp_path / "shadow.xml"
+    xml.write_text(SHADOWING)
+    monkeypatch.setattr(plugins, "discover", lambda: [Plugin("shadow", opdefs=[xml])])
+    ops = plugins.installed().qnn_ops()
+    assert ops.unreachable() == (("shadow.ops", "Relu"),)
+    assert ops.get("Relu").package == PACKAGE
+    assert ops.get("ArgMax").package == "shadow.ops" and ops.get("Argmax").package == PACKAGE
+    assert ops.param("ArgMax", "axis").datatype.name == "INT_32"
+    assert main(["plugins"]) == 0
+    err = capsys.readouterr().err
+    assert "op Relu of op package shadow.ops has the name of an op of package qti.aisw" in err
+    assert "ArgMax" not in err
+
+
+SDK_EXAMPLES = "QLOWER_QNN_SDK_OP_PACKAGES"
+
+
+def test_the_sdk_example_op_packages_join_the_registry():
+    """The SDK's examples/QNN/OpPackageGenerator/*.xml (not shipped with qlower): each loads, its
+    ops are entries of their package, supported on the backends the file names, or reported as
+    out of reach when QNN has the name."""
+    import os
+
+    root = os.environ.get(SDK_EXAMPLES)
+    if not root or not Path(root).is_dir():
+        pytest.skip(f"set {SDK_EXAMPLES} to the SDK's examples/QNN/OpPackageGenerator (not shipped with qlower)")
+    files = sorted(Path(root).glob("*.xml"))
+    assert files
+    for f in files:
+        c = merge([builtin_plugin(), Plugin("sdk", opdefs=[f])])
+        ops = c.qnn_ops()
+        custom = [(pkg, n) for pkg, n in ops.opdefs.ops if pkg != PACKAGE]
+        assert custom, f.name
+        for pkg, n in custom:
+            entry = ops.get(n)
+            if (pkg, n) in ops.unreachable():
+                assert entry.package != pkg
+                assert any(n in d.message and d.code == "plugin-shadowed-op" for d in c.check_ops(ops))
+            else:
+                assert entry.package == pkg and any(entry.supported(b) for b in ops.backends), (f.name, n)

@@ -130,8 +130,10 @@ class QnnOps:
         return entry is not None and entry.supported(backend)
 
     def get(self, name: str) -> OpEntry | None:
-        """The entry of a QNN op type (no package prefix); spellings `ArgMax`/`BatchNorm` accepted."""
-        return self.entries.get(shapes.canonical_name(name))
+        """The entry of an op type (no package prefix); spellings `ArgMax`/`BatchNorm` name QNN's
+        `Argmax`/`Batchnorm` unless an op package defines an op of exactly that name."""
+        entry = self.entries.get(name)
+        return entry if entry is not None else self.entries.get(shapes.canonical_name(name))
 
     def names(self) -> tuple[str, ...]:
         return tuple(self.entries)
@@ -147,6 +149,11 @@ class QnnOps:
     def missing_kernel(self) -> tuple[str, ...]:
         """QNN ops (package qti.aisw) without a reference kernel."""
         return tuple(n for n, e in self.entries.items() if e.package == QNN_PACKAGE and e.kernel is None)
+
+    def unreachable(self) -> tuple[tuple[str, str], ...]:
+        """(package, op) of op-package definitions no name reaches: QNN's op (or another package's) has
+        the name, as in the SDK's example packages (ReluOpPackage's `Relu`), so `qnn.Relu` is QNN's."""
+        return tuple(sorted(key for key, d in self.opdefs.ops.items() if self.opdefs.op(key[1]) is not d))
 
     def undefined(self) -> tuple[str, ...]:
         """Shape rules or kernels for names no OpDef defines (typos, or ops the XML lacks)."""
