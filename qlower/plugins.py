@@ -26,8 +26,7 @@ from qlower.diagnostics import Diagnostic, QlowerError, error, warning
 from qlower.frontends.builtin import Frontend, builtin_frontends
 from qlower.qnn.opdef import QNN_PACKAGE, OpDefRegistry
 from qlower.qnn.registry import QnnOps, ShapeFn
-from qlower.qnn.shapes import supported_ops as builtin_shape_ops
-from qlower.reference.qnn import QNN_KERNELS, qnn_ops
+from qlower.reference.qnn import qnn_ops
 from qlower.reference.spec import Kernel
 from qlower.lang.functions import Function, FunctionTable
 from qlower.lang.builtins import builtin_functions
@@ -163,10 +162,11 @@ def merge(plugins: Iterable[Plugin]) -> Contributions:
     opdefs: list[Path] = []
     frontends: dict[str, Frontend] = {}
     shapes: dict[str, ShapeFn] = {}
-    for name in builtin_shape_ops():  # QNN's own ops keep their shape rules and kernels
-        owner[("shape function", f"{TARGET}.{name}")] = BUILTIN
-    for name in QNN_KERNELS:
-        owner[("kernel", f"{TARGET}.{name}")] = BUILTIN
+    for e in qnn_ops(OpDefRegistry.from_files([])).entries.values():  # QNN's own ops keep theirs
+        if e.shape_fn is not None:
+            owner[("shape function", f"{TARGET}.{e.name}")] = BUILTIN
+        if e.kernel is not None:
+            owner[("kernel", f"{TARGET}.{e.name}")] = BUILTIN
     rejected: set[tuple[str, str]] = set()
     for p in plugins:
         for name, path in p.rule_packs.items():
