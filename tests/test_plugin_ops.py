@@ -259,3 +259,11 @@ def test_the_sdk_example_op_packages_join_the_registry():
                 assert any(n in d.message and d.code == "plugin-shadowed-op" for d in c.check_ops(ops))
             else:
                 assert entry.package == pkg and any(entry.supported(b) for b in ops.backends), (f.name, n)
+
+
+def test_opdefs_and_check_commands_see_the_plugins_op_package(pair_plugin, tmp_path, capsys):
+    assert main(["opdefs", "Pair", "--backend", "htp"]) == 0
+    assert "gain" in capsys.readouterr().out
+    rules = tmp_path / "r.qpat"
+    rules.write_text(RULES)
+    assert main(["check", str(rules)]) == 0

@@ -424,9 +424,10 @@ def explain(args: argparse.Namespace) -> int:
 
 def opdefs(args: argparse.Namespace) -> int:
     from qlower.api import load_registry
+    from qlower.plugins import installed
     from qlower.qnn.describe import describe
 
-    registry = load_registry(args.opdefs)
+    registry = load_registry([*args.opdefs, *installed().opdef_paths])  # plugins' op packages too
     if args.op and registry.op(args.op) is None:
         from qlower.diagnostics import did_you_mean
 
