@@ -53,6 +53,7 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
     """
     inputs = {id(v) for v in graph.inputs}
     outputs = {id(v) for v in graph.outputs}
+    cast_rank = _cast_max_rank(registry, backend)
     changed = 0
     for v in list(graph.values):
         if v.dtype != _F32 or v.quant is not None or id(v) in inputs or id(v) in outputs:
@@ -68,7 +69,7 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
             continue
         nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
         users = list(v.users)
-        casts = _cast(graph, v, nv, f"{v.name}.to_f16")
+        casts = _cast(graph, v, nv, f"{v.name}.to_f16", cast_rank)
         for user, idx in users:
             if user not in casts:
                 graph.set_operand(user, idx, nv)
@@ -83,7 +84,7 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
         # other consumers of the float32 output read the float16 value instead
         for user, j in list(v.users):
             graph.set_operand(user, j, nv)
-        _cast(graph, nv, v, f"{v.name}.to_f32")
+        _cast(graph, nv, v, f"{v.name}.to_f32", cast_rank)
         changed += 1
     return changed
 
@@ -96,10 +97,19 @@ def _saturate_f16(data: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(data), np.clip(data, -big, big), data).astype(_F16)
 
 
-def _cast(graph: Graph, src, dst, name: str) -> list:
-    """qnn.Cast src → dst; above rank 4 (HTP's Cast limit) on the flattened tensor, between Reshapes."""
+def _cast_max_rank(registry, backend: str | None) -> int | None:
+    """The largest rank Cast takes on `backend`, from its constraints (HTP: 4); None when unbounded."""
+    if registry is None or backend is None:
+        return None
+    limits = [c.fields["max"] for c in registry.checks("Cast", backend)
+              if c.kind == "rank" and c.target in ("in[0]", "out[0]") and c.fields.get("max") is not None]
+    return min(limits, default=None)
+
+
+def _cast(graph: Graph, src, dst, name: str, max_rank: int | None) -> list:
+    """qnn.Cast src → dst; above the backend's rank limit for Cast on the flattened tensor, between Reshapes."""
     prov = Provenance(_PROV.rule, _PROV.location, dst.name)
-    if dst.shape is None or len(dst.shape) <= 4:
+    if dst.shape is None or max_rank is None or len(dst.shape) <= max_rank:
         return [graph.add_op(graph.fresh_op_name(name), "qnn.Cast", [src], [dst], {}, prov)]
     n = (int(np.prod(dst.shape)),)
     flat_in = graph.add_value(graph.fresh_value_name(f"{src.name}.flat"), src.dtype, n)
