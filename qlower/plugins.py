@@ -76,10 +76,10 @@ class Contributions:
         return qnn_ops(opdefs, kernels=self.kernels.get(TARGET), shape_fns=self.shapes)
 
     def interpreter_ops(self) -> QnnOps:
-        """The registry as the interpreter needs it: kernels of QNN's ops and the plugins' custom ops,
-        with only the plugins' op definitions (QNN's own XML, which running a graph does not read, costs
-        a third of a second to load)."""
-        return self.qnn_ops(OpDefRegistry.from_files(self.opdef_paths))
+        """The registry as the interpreter needs it: kernels of QNN's ops and the plugins' custom ops.
+        QNN's own XML (a third of a second to load) is read only when a plugin brings op packages:
+        it tells which package an op name belongs to."""
+        return self.qnn_ops(None if self.opdef_paths else OpDefRegistry.from_files([]))
 
     def check_ops(self, ops: QnnOps) -> tuple[Diagnostic, ...]:
         """Warnings for what no rule can reach: shape functions and kernels of QNN-dialect ops no op

@@ -267,3 +267,24 @@ def test_opdefs_and_check_commands_see_the_plugins_op_package(pair_plugin, tmp_p
     rules = tmp_path / "r.qpat"
     rules.write_text(RULES)
     assert main(["check", str(rules)]) == 0
+
+
+def test_qnn_ops_still_run_when_a_plugin_package_reuses_their_names(monkeypatch, tmp_path):
+    """`qlower run` of a graph with QNN's Relu, while a plugin's package also defines a `Relu`."""
+    xml = tmp_path / "shadow.xml"
+    xml.write_text(SHADOWING)
+    monkeypatch.setattr(plugins, "discover", lambda: [Plugin("shadow", opdefs=[xml])])
+    rules = qlower.rules_from_text("op m.R(x) -> y\n\nrule r {\n  match y = m.R(x)\n  emit y = qnn.Relu(x)\n}\n")
+    g = Graph("g")
+    x, y = g.add_value("x", "float32", [2, 3]), g.add_value("y", "float32", [2, 3])
+    g.add_op("n", "m.R", [x], [y])
+    g.set_io([x], [y])
+    res = qlower.lower(g, rules, "cpu")
+    res.raise_for_errors()
+    assert res.qnn.ops[0].package == PACKAGE
+    res.save(tmp_path)
+    (net,) = tmp_path.glob("*_net.json")
+    np.savez(tmp_path / "in.npz", x=np.array([[-1, 2, -3], [4, -5, 6]], np.float32))
+    assert main(["run", str(net), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as z:
+        np.testing.assert_array_equal(z["y"], [[0, 2, 0], [4, 0, 6]])
