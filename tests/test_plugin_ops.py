@@ -288,3 +288,15 @@ def test_qnn_ops_still_run_when_a_plugin_package_reuses_their_names(monkeypatch,
     assert main(["run", str(net), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz")]) == 0
     with np.load(tmp_path / "out.npz") as z:
         np.testing.assert_array_equal(z["y"], [[0, 2, 0], [4, 0, 6]])
+
+
+def test_qlowers_own_kernels_do_not_serve_a_package_op_of_the_same_name(tmp_path):
+    """qlower has a kernel for `IsInf` (an op QNN's XML lacks); a package defining `IsInf` gets its own."""
+    xml = tmp_path / "isinf.xml"
+    xml.write_text(SHADOWING.replace("<Name>Relu</Name>", "<Name>IsInf</Name>"))
+    ops = merge([builtin_plugin(), Plugin("p", opdefs=[xml])]).qnn_ops()
+    assert ops.get("IsInf").package == "shadow.ops" and ops.get("IsInf").kernel is None
+    # bringing one for that name is a conflict with qlower's (kernels are keyed by name), not an override
+    c = merge([builtin_plugin(), Plugin("p", opdefs=[xml], kernels={"qnn": {"IsInf": pair_kernel}})])
+    assert [d.code for d in c.conflicts] == ["plugin-conflict"] and "qnn.IsInf" in c.conflicts[0].message
+    assert c.qnn_ops().get("IsInf").kernel is None

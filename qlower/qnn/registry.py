@@ -98,21 +98,30 @@ class QnnOps:
 
     @classmethod
     def build(cls, opdefs: OpDefRegistry | None = None, kernels: Mapping[str, Callable[..., Any]] | None = None,
-              raw_io: frozenset[str] = frozenset(), shape_fns: Mapping[str, ShapeFn] | None = None) -> QnnOps:
+              raw_io: frozenset[str] = frozenset(), shape_fns: Mapping[str, ShapeFn] | None = None,
+              package_kernels: Mapping[str, Callable[..., Any]] | None = None) -> QnnOps:
         """Join the OpDefs (QNN's and any op package's), the shape rules and `kernels` (by op type name).
 
-        `shape_fns` are shape functions of ops the built-in rules do not cover (a plugin's custom
-        ops); one for an op that has a built-in rule is an error, never a silent override."""
+        The shape rules and `kernels` are QNN's ops' (qlower's own): they never serve an op package's
+        op that happens to share a name. `shape_fns` and `package_kernels` are custom ops' (a
+        plugin's); one for an op that has a built-in one is an error, never a silent override."""
         opdefs = opdefs if opdefs is not None else OpDefRegistry.load()
         kernels = kernels or {}
         shape_fns = shape_fns or {}
+        package_kernels = package_kernels or {}
         rules = shapes.supported_ops()
-        clash = sorted(set(shape_fns) & rules)
+        clash = sorted((set(shape_fns) & rules) | (set(package_kernels) & set(kernels)))
         if clash:
-            raise ValueError(f"shape functions for ops that have built-in shape rules: {', '.join(clash)}")
-        names = set(opdefs.names()) | set(rules) | set(kernels) | set(shape_fns)
-        return cls({n: OpEntry(n, opdefs.op(n), _builtin_shape_fn(n) if n in rules else shape_fns.get(n),
-                               kernels.get(n), n in raw_io, opdefs) for n in names}, opdefs)
+            raise ValueError(f"custom shape functions or kernels for ops that have built-in ones: {', '.join(clash)}")
+        names = set(opdefs.names()) | set(rules) | set(kernels) | set(shape_fns) | set(package_kernels)
+        entries = {}
+        for n in names:
+            d = opdefs.op(n)
+            own = d is None or d.package == QNN_PACKAGE
+            shape_fn = _builtin_shape_fn(n) if own and n in rules else shape_fns.get(n)
+            kernel = kernels.get(n) if own and n in kernels else package_kernels.get(n)
+            entries[n] = OpEntry(n, d, shape_fn, kernel, own and n in raw_io, opdefs)
+        return cls(entries, opdefs)
 
     @property
     def backends(self) -> tuple[str, ...]:

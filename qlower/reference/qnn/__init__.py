@@ -51,8 +51,5 @@ def qnn_ops(opdefs: OpDefRegistry | None = None, *, kernels: Mapping[str, Kernel
 
     `kernels` and `shape_fns` add custom ops' (a plugin's, by op type name); a kernel for an op that
     has a built-in one is an error, as merging plugins reports it, never a silent override."""
-    extra = dict(kernels or {})
-    clash = sorted(n for n, k in extra.items() if n in QNN_KERNELS and k is not QNN_KERNELS[n])
-    if clash:
-        raise ValueError(f"kernels for ops that have built-in kernels: {', '.join(clash)}")
-    return QnnOps.build(opdefs, {**QNN_KERNELS, **extra}, RAW_IO_OPS, shape_fns)
+    extra = {n: k for n, k in (kernels or {}).items() if QNN_KERNELS.get(n) is not k}  # QNN's own come along
+    return QnnOps.build(opdefs, QNN_KERNELS, RAW_IO_OPS, shape_fns, extra)
