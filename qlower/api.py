@@ -35,6 +35,9 @@ class Rules:
     registry: Any  # qlower.qnn.opdef.OpDefRegistry
     functions: FunctionTable
     kernels: Mapping[str, Mapping[str, Kernel]]
+    # qlower.qnn.registry.QnnOps: the one op registry (definitions, shape functions, kernels; QNN's and
+    # the plugins' custom ops), which lowering, conversion and the interpreter share
+    ops: Any = None
     # Engines compiled per backend; an Engine is reusable across graphs, so lowering many
     # graphs with one rule set compiles the rules once.
     _engines: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
@@ -50,7 +53,7 @@ class Rules:
         got = self._engines.get(backend)
         if got is None:
             got = self._engines[backend] = Engine(self.ruleset.rules, self.ruleset.ops,
-                                                  registry=QnnOps.build(self.registry),
+                                                  registry=self.ops if self.ops is not None else QnnOps.build(self.registry),
                                                   backend=backend, functions=self.functions,
                                                   target=self.registry.dialect)
         return got
@@ -67,7 +70,7 @@ def rules_from_text(text: str, *, name: str = "<rules>.qpat", opdefs: Sequence[s
     paths = [path] + ([extra.pack("qnn")] if cleanup and extra.pack("qnn") is not None else [])
     reg = load_registry(list(opdefs) + list(extra.opdef_paths))
     ruleset = _load(paths, registry=reg, functions=extra.functions, packs=extra.packs, overlay={path: text})
-    return Rules(ruleset, reg, extra.functions, extra.kernels)
+    return Rules(ruleset, reg, extra.functions, extra.kernels, extra.qnn_ops(reg))
 
 
 def load_registry(opdefs: Sequence[str | Path] = ()):
@@ -104,7 +107,7 @@ def load_rules(paths: Sequence[str | Path] = (), *, packs: Sequence[str] = (), o
     opdefs = list(opdefs) + list(extra.opdef_paths)
     reg = registry if registry is not None else load_registry(opdefs)
     ruleset = _load(all_paths, registry=reg, functions=functions, packs=extra.packs)
-    return Rules(ruleset, reg, functions, extra.kernels)
+    return Rules(ruleset, reg, functions, extra.kernels, extra.qnn_ops(reg))
 
 
 @attrs.define
@@ -214,7 +217,7 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         if float16 is None:
             float16 = runs_float_in_float16(backend)
         if float16 and outcome.ok:
-            to_float16(graph, rules.registry)
+            to_float16(graph, rules.registry, backend)
         if outcome.ok and rules.ruleset.computes:
             from qlower.qnn.retype import compute_in_supported_types
 
@@ -226,11 +229,11 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         # reported each one that is not; converting would only report them again)
         if outcome.ok or (allow_partial and all(op.type.startswith("qnn.") for op in graph.ops)):
             try:
-                qg = to_qnn(graph, rules.registry)
+                qg = to_qnn(graph, rules.ops if rules.ops is not None else rules.registry)
             except QlowerError as exc:
                 diags.extend(exc.diagnostics)
             if qg is not None and validate:
-                diags.extend(validate_graph(qg, rules.registry, backend))
+                diags.extend(validate_graph(qg, rules.registry, backend, ops=rules.ops))
         timings["validate"] = time.perf_counter() - t1
     return LowerResult(graph, qg, backend, diags, outcome.coverage, timings, ops_in, rules.sources)
 
@@ -260,7 +263,7 @@ def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[st
     feed = dict(inputs) if inputs is not None else random_inputs(source, seed)
     result.verification = verify_lowering(source, result.graph, result.qnn, rules.kernels, feed,
                                           backend=result.backend, policy=tolerance, localise=localise,
-                                          seed=used_seed)
+                                          seed=used_seed, ops=rules.ops)
     result.timings["verify"] = time.perf_counter() - t
     return result.verification
 

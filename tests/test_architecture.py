@@ -1,7 +1,8 @@
 """The import contract: qlower's packages import downward only, and no module imports itself back.
 
 Every import counts, including those inside functions (a function-level import hides a cycle
-from Python's import machinery, not from the reader). The layers, bottom to top:
+from Python's import machinery, not from the reader) and those by name
+(`importlib.import_module("qlower.x")`, `__import__("qlower.x")`), which hide it from this scan too. The layers, bottom to top:
 
     diagnostics, _resources < _files < graph < qnn < lang, reference < rewrite
         < verify, frontends < plugins, report < api < qlower (the facade) < lsp < cli
@@ -58,7 +59,9 @@ def imports_of(source: str, module: str, is_pkg: bool, known: set[str]) -> set[s
     against `module`."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and _imports_by_name(node):
+            found.add(node.args[0].value)
+        elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -70,6 +73,14 @@ def imports_of(source: str, module: str, is_pkg: bool, known: set[str]) -> set[s
             subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known]
             found.update(subs if len(subs) == len(node.names) else [target, *subs])
     return {m for m in found if m == "qlower" or m.startswith("qlower.")}
+
+
+def _imports_by_name(call: ast.Call) -> bool:
+    """`importlib.import_module("qlower.x")`, `import_module(...)` or `__import__(...)` with a literal name."""
+    f = call.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+    return (name in ("import_module", "__import__") and bool(call.args) and isinstance(call.args[0], ast.Constant)
+            and isinstance(call.args[0].value, str))
 
 
 def unit_of(module: str) -> str:
@@ -106,6 +117,24 @@ def test_scanner_sees_function_level_and_relative_imports():
     known = {"qlower.graph.core", "qlower.lang.sibling", "qlower.rewrite.match", "qlower.cli.main"}
     assert imports_of(src, "qlower.lang.x", False, known) == {
         "qlower.graph.core", "qlower.lang.sibling", "qlower.rewrite.match", "qlower.cli.main"}
+
+
+def test_scanner_sees_imports_by_name():
+    src = ("import importlib\nfrom importlib import import_module\n"
+           "def f():\n    return importlib.import_module('qlower.api')\n"
+           "def g():\n    return import_module('qlower.cli.main'), __import__('qlower.verify.debug')\n"
+           "def h(name):\n    return importlib.import_module(name), importlib.import_module('numpy')\n")
+    assert imports_of(src, "qlower.qnn.x", False, set()) == {"qlower.api", "qlower.cli.main", "qlower.verify.debug"}
+
+
+def test_an_upward_import_by_name_is_caught(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "graph").mkdir(parents=True)
+    (pkg / "cli").mkdir()
+    for p in (pkg / "__init__.py", pkg / "graph" / "__init__.py", pkg / "cli" / "__init__.py", pkg / "cli" / "main.py"):
+        p.write_text("")
+    (pkg / "graph" / "core.py").write_text("import importlib\ndef f():\n    importlib.import_module('qlower.cli.main')\n")
+    assert module_graph(pkg).has_edge("qlower.graph.core", "qlower.cli.main")
 
 
 def test_the_scan_covers_the_package():

@@ -34,6 +34,7 @@ import attrs
 import numpy as np
 
 from qlower.frontends import onnx_cases
+from qlower.qnn.backends import BACKENDS, runs_float_in_float16
 from qlower.frontends.onnx_cases import case_data, case_feeds as _feeds, compare as _compare
 
 # Element types a QNN graph can hold (ONNX TensorProto names); int64/uint64 are narrowed on import.
@@ -86,7 +87,7 @@ class Tally:
         denom = n - f16
         matched = self.count(("matched",))
         pct = 100.0 * matched / denom if denom else 0.0
-        extra = f", float16 precision cases {f16} (excepted)" if self.backend == "htp" else ""
+        extra = f", float16 precision cases {f16} (excepted)" if runs_float_in_float16(self.backend) else ""
         return (f"{self.backend}: importable {n}, lowered {self.count(LOWERED)}, validated {self.count(VALIDATED)}, "
                 f"matched {matched}{extra} -> {matched}/{denom} = {pct:.1f}% ({self.seconds:.0f}s)")
 
@@ -187,7 +188,7 @@ def run_case(case, rules, backend: str, *, float16: bool | None = None, also: se
         return Outcome(case.name, "run error", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
     except Exception as exc:  # noqa: BLE001
         return Outcome(case.name, "run error", f"internal error: {type(exc).__name__}: {exc}")
-    f16 = backend == "htp" and float16 is not False
+    f16 = runs_float_in_float16(backend) and float16 is not False
     problem = _compare(case, outputs, got, expected, f16)
     if problem is None:
         return Outcome(case.name, "matched")
@@ -231,7 +232,7 @@ def run_all(cases: Iterable, backend: str) -> Tally:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", action="append", choices=["cpu", "gpu", "htp", "dsp", "lpai"])
+    ap.add_argument("--backend", action="append", choices=BACKENDS)
     ap.add_argument("--case", help="only cases whose name contains this")
     ap.add_argument("--list", action="append", default=[], metavar="STATUS",
                     help="list the cases with this outcome (e.g. mismatch, 'not lowered', all)")
@@ -250,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for o in sorted(tally.outcomes, key=lambda o: (o.status, o.name)):
                 if "all" in args.list or o.status in args.list:
                     print(f"  {o.status:14} {o.name}  {o.detail}")
-            if backend == "htp":
+            if runs_float_in_float16(backend):
                 f16 = [o.name for o in tally.outcomes if o.status == "f16 precision"]
                 if f16:
                     print(f"float16 precision cases ({len(f16)}): " + ", ".join(sorted(f16)))

@@ -18,9 +18,10 @@ from typing import Any
 
 import attrs
 
-BACKEND_PAGES = {"cpu": "CpuOpDefSupplement.html", "gpu": "GpuOpDefSupplement.html",
-                 "htp": "HtpOpDefSupplement.html", "dsp": "DspOpDefSupplement.html",
-                 "lpai": "LpaiOpDefSupplement.html"}
+from qlower.qnn.backends import BACKENDS
+
+# the SDK's page per backend: CpuOpDefSupplement.html, HtpOpDefSupplement.html, ...
+BACKEND_PAGES = {b: f"{b.capitalize()}OpDefSupplement.html" for b in BACKENDS}
 MASTER_PAGE = "MasterOpDef.html"
 _VOID = {"br", "col", "img", "hr", "meta", "link", "input", "wbr", "source", "area", "base"}
 

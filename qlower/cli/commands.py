@@ -76,8 +76,8 @@ def check(args: argparse.Namespace) -> int:
     from qlower.plugins import installed
 
     paths = rule_paths(args.paths)
-    registry = load_registry(args.opdefs)
     extra = installed()
+    registry = load_registry([*args.opdefs, *extra.opdef_paths])  # plugins' op packages, as load_rules has them
     diags, sources = check_paths(paths, registry=registry, functions=extra.functions, packs=extra.packs)
     if diags:
         print(render_all(diags, sources), file=sys.stderr)
@@ -363,6 +363,7 @@ def _memory_lines(qnn) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from qlower.plugins import installed
     from qlower.qnn.reader import read
     from qlower.reference.interpreter import run as run_graph
 
@@ -372,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
             inputs = {k: z[k] for k in z.files}
     except (OSError, ValueError) as exc:
         raise QlowerError(error(f"cannot read inputs {args.inputs}: {exc}", code="io")) from None
-    outputs = run_graph(graph, inputs)
+    outputs = run_graph(graph, inputs, ops=installed().interpreter_ops())  # plugins' custom ops run too
     out = Path(args.output)
     buf = io.BytesIO()
     np.savez(buf, **outputs)
@@ -383,12 +384,15 @@ def run(args: argparse.Namespace) -> int:
 
 def validate(args: argparse.Namespace) -> int:
     from qlower.api import load_registry
+    from qlower.plugins import installed
     from qlower.qnn.reader import read
     from qlower.qnn.validate import validate_graph
 
     net = read(Path(args.net_json))  # absent static data is one warning here, an error in `run`
     graph = net.graph
-    diags = [*net.diagnostics, *validate_graph(graph, load_registry(args.opdefs), args.backend)]
+    extra = installed()
+    registry = load_registry([*args.opdefs, *extra.opdef_paths])  # plugins' op packages too
+    diags = [*net.diagnostics, *validate_graph(graph, registry, args.backend, ops=extra.qnn_ops(registry))]
     if diags:
         print(render_all(diags), file=sys.stderr)
     errors = sum(1 for d in diags if d.is_error)
@@ -420,9 +424,10 @@ def explain(args: argparse.Namespace) -> int:
 
 def opdefs(args: argparse.Namespace) -> int:
     from qlower.api import load_registry
+    from qlower.plugins import installed
     from qlower.qnn.describe import describe
 
-    registry = load_registry(args.opdefs)
+    registry = load_registry([*args.opdefs, *installed().opdef_paths])  # plugins' op packages too
     if args.op and registry.op(args.op) is None:
         from qlower.diagnostics import did_you_mean
 
@@ -447,12 +452,17 @@ def plugins(args: argparse.Namespace) -> int:
             print(f"  functions: {', '.join(f.name for f in p.functions)}")
         if p.opdefs:
             print(f"  op definitions: {', '.join(str(x) for x in p.opdefs)}")
+        if p.shapes:
+            print(f"  shape functions: {', '.join(sorted(p.shapes))}")
         if p.frontends:
             print(f"  frontends: {', '.join(f.name for f in p.frontends)}")
-    if c.conflicts:
-        print(render_all(c.conflicts), file=sys.stderr)
-        return 1
-    return 0
+    try:  # the op registry builds with every plugin's op packages, or the broken file is named
+        problems = [*c.conflicts, *c.check_ops(c.qnn_ops())]
+    except QlowerError as exc:
+        problems = [*c.conflicts, *exc.diagnostics]
+    if problems:
+        print(render_all(problems), file=sys.stderr)
+    return 1 if any(d.is_error for d in problems) else 0
 
 
 def lsp(args: argparse.Namespace) -> int:

@@ -47,6 +47,7 @@ class Context(Protocol):
     backend: str
     label: str  # the backend as messages name it
     shapes: ModuleType | None  # qlower.qnn.shapes, when it imports
+    ops: Any  # qlower.qnn.registry.QnnOps: each op's shape function
     shape_memo: dict[tuple, tuple]
 
     def plan(self, op: OpConfig) -> _Plan | None: ...
@@ -563,7 +564,8 @@ class _OpCheck:
         sigs = tuple(None if t is None else v.sig(t) for t in ins)
         params = {p.name: (p.value if isinstance(p, ScalarParam) else p.tensor.data) for p in self.op.params}
         params = {k: x for k, x in params.items() if x is not None}
-        key = _shape_key(self.op.type, sigs, params)
+        op_type = self.op.type if self.op.package == PACKAGE else f"{self.op.package}:{self.op.type}"
+        key = _shape_key(op_type, sigs, params)
         result = v.shape_memo.get(key) if key is not None else None
         if result is None:
             result = self._infer(sigs, params, outs)
@@ -610,7 +612,9 @@ class _OpCheck:
     def _infer(self, sigs: tuple[Any, ...], params: Mapping[str, Any], outs: list[QnnTensor | None]) -> tuple:
         shapes = self.v.shapes
         try:
-            inferred = shapes.infer(self.op.type, sigs, params)
+            entry = self.v.ops.get(self.op.type)
+            own = entry is not None and (entry.package or PACKAGE) == self.op.package  # not another package's
+            inferred = entry.infer(sigs, params) if own else None
             if inferred is None and self.op.type == "Reshape" and sigs and sigs[0] is not None and outs \
                     and outs[0] is not None and hasattr(shapes, "check_reshape"):
                 shapes.check_reshape(sigs[0], outs[0].dims)

@@ -3,6 +3,9 @@
 Tensor roles follow QNN: graph inputs APP_WRITE, outputs APP_READ, constants
 STATIC, everything else NATIVE; rank-0 values become [1]. Encodings switch
 from the framework convention (zero_point) to QNN's (offset = −zero_point).
+Each op's package and param order come from its entry in the op registry
+(`qlower.qnn.registry.QnnOps`), so a custom op package's op is written as
+that package's op.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from qlower.graph.core import Graph, Op, Value
 from qlower.graph.lazy import LazyArray
 from qlower.graph.types import Quant
 from qlower.qnn.datatypes import DataType, from_numpy
-from qlower.qnn.model import EncodingKind, OpConfig, Origin, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, \
-    TensorParam, TensorType
+from qlower.qnn.model import PACKAGE, EncodingKind, OpConfig, Origin, QnnGraph, QnnTensor, QuantEncoding, \
+    ScalarParam, TensorParam, TensorType
+from qlower.qnn.opdef import OpDefRegistry
+from qlower.qnn.registry import QnnOps
 
 
 def encoding_of(q: Quant, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> QuantEncoding:
@@ -120,17 +125,22 @@ def origin_of(op: Op, locations: dict[str, str] | None = None) -> Origin:
     return Origin(p.rule, loc, p.sources)
 
 
-def to_qnn(graph: Graph, registry: Any = None) -> QnnGraph:
-    """Convert; raises QlowerError if an op outside the qnn dialect is left."""
+def to_qnn(graph: Graph, registry: QnnOps | OpDefRegistry | None = None) -> QnnGraph:
+    """Convert; raises QlowerError if an op outside the qnn dialect is left.
+
+    `registry`: the op registry (a bare OpDefRegistry is joined into one); without it, params
+    keep their names' order and every op is QNN's own (package qti.aisw)."""
     left = [op for op in graph.ops if not op.type.startswith("qnn.")]
     if left:
         raise QlowerError([error(f"not lowered ({op.type})", subject=f"node {op.name}", code="not-lowered")
                            for op in left])
+    if isinstance(registry, OpDefRegistry):
+        registry = QnnOps.build(registry)
     with _no_gc():
         return _convert(graph, registry)
 
 
-def _convert(graph: Graph, registry: Any) -> QnnGraph:
+def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
     qg = QnnGraph(graph.name)
     tensors = qg.tensors
     # Per-call memos: most tensors share a handful of (dtype, quantized) pairs and Quant objects,
@@ -139,6 +149,7 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
     encodings: dict[tuple[int, np.dtype], tuple[Quant, QuantEncoding]] = {}
     layouts: dict[tuple[str, tuple[str, ...]], list[tuple[str, Any, bool | None, DataType | None]]] = {}
     opdefs: dict[str, Any] = {}
+    packages: dict[str, str] = {}  # QNN type -> its op package
     qtypes: dict[str, str] = {}
     scalars: dict[tuple, ScalarParam] = {}  # ScalarParam is immutable: ops with equal params share one
     STATIC, NATIVE = TensorType.STATIC, TensorType.NATIVE
@@ -182,7 +193,8 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
         if qtype in opdefs:
             opdef = opdefs[qtype]
         else:
-            opdef = opdefs[qtype] = registry.op(qtype) if registry is not None else None
+            entry = registry.get(qtype) if registry is not None else None
+            opdef = opdefs[qtype] = entry.definition if entry is not None else None
         order = {p.name: i for i, p in enumerate(opdef.params)} if opdef is not None else {}
         out = []
         for n in sorted(names, key=lambda n: (order.get(n, len(order)), n)):
@@ -203,6 +215,9 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
         qtype = qtypes.get(op.type)
         if qtype is None:
             qtype = qtypes[op.type] = op.type[4:]
+            entry = registry.get(qtype) if registry is not None else None
+            packages[qtype] = (entry.package if entry is not None else None) or PACKAGE
+        package = packages[qtype]
         operands = op.operands
         if operands and operands[-1] is None:
             operands = list(operands)
@@ -247,7 +262,7 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
                     params.append(TensorParam(name, t))
         prov = op.provenance
         if prov is None or type(prov.sources) is not tuple:
-            ops.append(OpConfig(op.name, qtype, inputs, outputs, params,
+            ops.append(OpConfig(op.name, qtype, inputs, outputs, params, package,
                                 provenance=str(prov) if prov is not None else None,
                                 origin=origin_of(op, locations)))
             continue
@@ -262,7 +277,7 @@ def _convert(graph: Graph, registry: Any) -> QnnGraph:
         set_field(origin, "rule", rule)
         set_field(origin, "location", loc)
         set_field(origin, "sources", prov.sources)
-        ops.append(OpConfig(op.name, qtype, inputs, outputs, params, provenance=text, origin=origin))
+        ops.append(OpConfig(op.name, qtype, inputs, outputs, params, package, provenance=text, origin=origin))
     qg.inputs = [v.name for v in graph.inputs]
     qg.outputs = [tensor_of(v) for v in graph.outputs]
     return qg

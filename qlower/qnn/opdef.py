@@ -23,12 +23,12 @@ import defusedxml.ElementTree as SafeET
 from defusedxml import DefusedXmlException
 
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
-from qlower.qnn.backends import BACKENDS
+from qlower.qnn.backends import BACKENDS, MASTER_FILE, OPDEFS_DIR
 from qlower.qnn.constraints import ALL_BACKENDS, Check, ConstraintSet, OpConstraints, load_constraints
 from qlower.qnn.datatypes import DataType
 
-SHIPPED_DIR = Path(__file__).parent / "opdefs"
-SHIPPED_FILES = ("master.xml", *(f"{b}.xml" for b in BACKENDS), "constraints.json")
+SHIPPED_DIR = OPDEFS_DIR
+SHIPPED_FILES = (MASTER_FILE, *(f"{b}.xml" for b in BACKENDS), "constraints.json")
 QNN_PACKAGE = "qti.aisw"
 ALL_CONFIGS = "All"
 _MAX_FILE_BYTES = 32 * 1024 * 1024

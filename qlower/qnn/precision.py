@@ -16,11 +16,11 @@ _F16 = np.dtype("float16")
 _PROV = Provenance("htp_float16", "qlower/qnn/precision.py", "")
 
 
-def _slot_accepts(registry, op_type: str, kind: str, index: int) -> bool:
-    """Whether some HTP datatype row allows FLOAT_16 at this input/output of the op."""
-    if registry is None:
+def _slot_accepts(registry, backend: str | None, op_type: str, kind: str, index: int) -> bool:
+    """Whether some datatype row of `backend` allows FLOAT_16 at this input/output of the op."""
+    if registry is None or backend is None:
         return True
-    sup = registry.supplement(op_type, "htp")
+    sup = registry.supplement(op_type, backend)
     if sup is None or not sup.rows:
         return True
     prefix = "in" if kind == "in" else "out"
@@ -34,44 +34,48 @@ def _slot_accepts(registry, op_type: str, kind: str, index: int) -> bool:
     return False
 
 
-def _keeps_f32(v, registry) -> bool:
+def _keeps_f32(v, registry, backend: str | None) -> bool:
     p = v.producer
-    if p is not None and p.type.startswith("qnn.") and not _slot_accepts(registry, p.type[4:], "out",
+    if p is not None and p.type.startswith("qnn.") and not _slot_accepts(registry, backend, p.type[4:], "out",
                                                                           p.results.index(v)):
         return True
-    return any(u.type.startswith("qnn.") and not _slot_accepts(registry, u.type[4:], "in", i) for u, i in v.users)
+    return any(u.type.startswith("qnn.") and not _slot_accepts(registry, backend, u.type[4:], "in", i)
+               for u, i in v.users)
 
 
-def to_float16(graph: Graph, registry=None) -> int:
+def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
     """Retype float32 values to float16 in place; returns how many values changed.
 
-    A value stays float32 where an adjacent op has no FLOAT_16 form on HTP
-    (Quantize's input, Dequantize's output), as the op definitions say.
+    A value stays float32 where an adjacent op has no FLOAT_16 form on `backend` (on HTP:
+    Quantize's input, Dequantize's output), as the op definitions say; without a registry and
+    backend every float32 value changes. Which backends run float in float16 is
+    qlower.qnn.backends.FLOAT16_BACKENDS.
     """
     inputs = {id(v) for v in graph.inputs}
     outputs = {id(v) for v in graph.outputs}
+    cast_rank = _cast_max_rank(registry, backend)
     changed = 0
     for v in list(graph.values):
         if v.dtype != _F32 or v.quant is not None or id(v) in inputs or id(v) in outputs:
             continue
-        if _keeps_f32(v, registry):
+        if _keeps_f32(v, registry, backend):
             continue
         v.dtype = _F16
         if v.data is not None:
             v.data = _saturate_f16(v.data)
         changed += 1
     for v in list(graph.inputs):
-        if v.dtype != _F32 or not v.users or _keeps_f32(v, registry):
+        if v.dtype != _F32 or not v.users or _keeps_f32(v, registry, backend):
             continue
         nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
         users = list(v.users)
-        casts = _cast(graph, v, nv, f"{v.name}.to_f16")
+        casts = _cast(graph, v, nv, f"{v.name}.to_f16", cast_rank)
         for user, idx in users:
             if user not in casts:
                 graph.set_operand(user, idx, nv)
         changed += 1
     for v in list(graph.outputs):
-        if v.dtype != _F32 or v.producer is None or _keeps_f32(v, registry):
+        if v.dtype != _F32 or v.producer is None or _keeps_f32(v, registry, backend):
             continue
         op = v.producer
         idx = op.results.index(v)
@@ -80,7 +84,7 @@ def to_float16(graph: Graph, registry=None) -> int:
         # other consumers of the float32 output read the float16 value instead
         for user, j in list(v.users):
             graph.set_operand(user, j, nv)
-        _cast(graph, nv, v, f"{v.name}.to_f32")
+        _cast(graph, nv, v, f"{v.name}.to_f32", cast_rank)
         changed += 1
     return changed
 
@@ -93,10 +97,19 @@ def _saturate_f16(data: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(data), np.clip(data, -big, big), data).astype(_F16)
 
 
-def _cast(graph: Graph, src, dst, name: str) -> list:
-    """qnn.Cast src → dst; above rank 4 (HTP's Cast limit) on the flattened tensor, between Reshapes."""
+def _cast_max_rank(registry, backend: str | None) -> int | None:
+    """The largest rank Cast takes on `backend`, from its constraints (HTP: 4); None when unbounded."""
+    if registry is None or backend is None:
+        return None
+    limits = [c.fields["max"] for c in registry.checks("Cast", backend)
+              if c.kind == "rank" and c.target in ("in[0]", "out[0]") and c.fields.get("max") is not None]
+    return min(limits, default=None)
+
+
+def _cast(graph: Graph, src, dst, name: str, max_rank: int | None) -> list:
+    """qnn.Cast src → dst; above the backend's rank limit for Cast on the flattened tensor, between Reshapes."""
     prov = Provenance(_PROV.rule, _PROV.location, dst.name)
-    if dst.shape is None or len(dst.shape) <= 4:
+    if dst.shape is None or max_rank is None or len(dst.shape) <= max_rank:
         return [graph.add_op(graph.fresh_op_name(name), "qnn.Cast", [src], [dst], {}, prov)]
     n = (int(np.prod(dst.shape)),)
     flat_in = graph.add_value(graph.fresh_value_name(f"{src.name}.flat"), src.dtype, n)

@@ -28,6 +28,7 @@ from qlower.qnn.checks import (  # noqa: F401 - datatypes_allowed is used from h
 )
 from qlower.qnn.model import OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam, TensorType
 from qlower.qnn.opdef import OpDefRegistry
+from qlower.qnn.registry import QnnOps
 
 # In a cached finding, a tensor's name is this placeholder (kind "in"/"out", position), filled per node.
 _NAME_SLOT = re.compile("\x00(in|out)([0-9]+)\x00")
@@ -45,9 +46,13 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def validate_graph(graph: QnnGraph, registry: OpDefRegistry, backend: str) -> list[Diagnostic]:
-    """Every problem with every op of `graph` on `backend` (cpu, gpu, htp, dsp, lpai)."""
-    validator = _Validator.create(graph, registry, backend)
+def validate_graph(graph: QnnGraph, registry: OpDefRegistry, backend: str, *, ops: QnnOps | None = None
+                   ) -> list[Diagnostic]:
+    """Every problem with every op of `graph` on `backend` (one of qlower.qnn.backends.BACKENDS).
+
+    `ops`: the op registry whose shape functions check shapes (with a plugin's custom ops);
+    by default `registry` joined with the built-in shape rules."""
+    validator = _Validator.create(graph, registry, backend, ops)
     if isinstance(validator, Diagnostic):
         return [validator]
     diags: list[Diagnostic] = [validator.shapes_problem] if validator.shapes_problem else []
@@ -61,9 +66,10 @@ def validate_graph(graph: QnnGraph, registry: OpDefRegistry, backend: str) -> li
     return diags
 
 
-def validate_op(op: OpConfig, graph: QnnGraph, registry: OpDefRegistry, backend: str) -> list[Diagnostic]:
+def validate_op(op: OpConfig, graph: QnnGraph, registry: OpDefRegistry, backend: str, *,
+                ops: QnnOps | None = None) -> list[Diagnostic]:
     """The problems of one op; `graph` supplies its tensors."""
-    validator = _Validator.create(graph, registry, backend)
+    validator = _Validator.create(graph, registry, backend, ops)
     if isinstance(validator, Diagnostic):
         return [validator]
     return ([validator.shapes_problem] if validator.shapes_problem else []) + validator.check(op)
@@ -74,9 +80,10 @@ def validate_op(op: OpConfig, graph: QnnGraph, registry: OpDefRegistry, backend:
 class _Validator:
     """Per-call state: the graph's tensors, the backend and a plan per op type."""
 
-    def __init__(self, graph: QnnGraph, registry: OpDefRegistry, backend: str) -> None:
+    def __init__(self, graph: QnnGraph, registry: OpDefRegistry, backend: str, ops: QnnOps | None = None) -> None:
         self.tensors = graph.tensors
         self.registry = registry
+        self.ops = ops if ops is not None else QnnOps.build(registry)  # shape functions, per op entry
         self.backend = backend
         self.label = backend.upper()
         self.plans: dict[tuple[str, str], _Plan | None] = {}
@@ -93,12 +100,13 @@ class _Validator:
         self.memo: dict[tuple, _Entry] = {}
 
     @classmethod
-    def create(cls, graph: QnnGraph, registry: OpDefRegistry, backend: str) -> _Validator | Diagnostic:
+    def create(cls, graph: QnnGraph, registry: OpDefRegistry, backend: str,
+               ops: QnnOps | None = None) -> _Validator | Diagnostic:
         b = backend.strip().lower()
         if b not in registry.backends:
             return error(f"unknown backend `{backend}`; expected one of {', '.join(registry.backends)}",
                          hint=did_you_mean(b, registry.backends), code="unknown-backend")
-        return cls(graph, registry, b)
+        return cls(graph, registry, b, ops)
 
     def plan(self, op: OpConfig) -> _Plan | None:
         key = (op.package, op.type)

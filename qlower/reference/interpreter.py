@@ -263,7 +263,9 @@ def kernel_registry() -> QnnOps:
 
 def _run_op(graph: QnnGraph, op: OpConfig, env: dict[str, np.ndarray], ops: QnnOps) -> None:
     subject = f"node {op.name}"
-    entry = ops.get(op.type) if op.package == PACKAGE else None
+    entry = ops.get(op.type)
+    if entry is not None and (entry.package or PACKAGE) != op.package:  # another package's op of that name
+        entry = None
     kernel = entry.kernel if entry is not None else None
     if kernel is None:
         raise _fail(f"no reference kernel for {op.package}.{op.type}", subject, "no-kernel")

@@ -115,7 +115,7 @@ class EmitProgram:
         if registry is not None and not isinstance(registry, QnnOps):
             registry = QnnOps.build(registry)
         self.ops: QnnOps | None = registry
-        registry = self.registry = registry.opdefs if registry is not None else None  # params, backend support
+        registry = self.registry = registry  # params and backend support: QnnOps.param / QnnOps.supported
         self.prefix = rule.target + "."  # the target dialect's ops (`qnn.`) are checked against `registry`
         cut = len(self.prefix)
         root = rule.rule.matches[0]

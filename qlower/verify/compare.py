@@ -108,16 +108,18 @@ def snapshot(graph: Graph) -> Graph:
 
 def verify_lowering(source: Graph, lowered: Graph, qnn: QnnGraph, kernels: Mapping[str, Mapping[str, Any]],
                     inputs: Mapping[str, np.ndarray], *, backend: str = "", policy: TolerancePolicy | None = None,
-                    localise: bool | None = None, seed: int | None = None) -> Verification:
+                    localise: bool | None = None, seed: int | None = None, ops: Any = None) -> Verification:
     """Run both graphs on `inputs` and judge the outputs.
 
     `lowered` is the graph after lowering (its ops carry the provenance that maps
     QNN ops to source ops). `localise`: True always builds the per-op table, False
-    never, None (default) only when an output is beyond tolerance.
+    never, None (default) only when an output is beyond tolerance. `ops`: the op registry whose
+    kernels run `qnn` (default: the interpreter's, QNN's own ops).
     """
     prov = {op.name: op.provenance for op in lowered.ops if op.provenance is not None}
     report = analyse(source, qnn, prov, inputs, kernels, backend=backend, policy=policy,
-                     localise=bool(localise))
+                     localise=bool(localise), ops=ops)
     if localise is None and not report.passed:
-        report = analyse(source, qnn, prov, inputs, kernels, backend=backend, policy=policy, localise=True)
+        report = analyse(source, qnn, prov, inputs, kernels, backend=backend, policy=policy, localise=True,
+                         ops=ops)
     return Verification(report, seed)

@@ -343,11 +343,12 @@ class _Lowered:
 
 def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], inputs: Mapping[str, np.ndarray],
             kernels: Mapping[str, Mapping[str, Any]], *, backend: str = "", policy: TolerancePolicy | None = None,
-            localise: bool = True) -> DebugReport:
+            localise: bool = True, ops: Any = None) -> DebugReport:
     """Compare the lowered graph with the source, per graph output and (with `localise`) per source op.
 
     `inputs` are the lowered graph's inputs in stored form (quantized integers for
-    quantized inputs); `provenance` maps QNN op names to the rule that emitted them.
+    quantized inputs); `provenance` maps QNN op names to the rule that emitted them. `ops`: the op
+    registry whose kernels run `qnn` (qlower.qnn.registry.QnnOps; default: the interpreter's).
     """
     policy = policy or TolerancePolicy()
     f16 = is_float16_graph(qnn.tensors.values())
@@ -367,7 +368,7 @@ def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], 
                            if v.quant is not None and arr.dtype.kind in "iu" else arr)
     ref = run_source(source, real_in, kernels)
     feed = {n: inputs[n] for n in qnn.inputs if n in inputs}
-    cum = run(qnn, feed, keep_all=localise)  # every tensor only when the per-op view needs it
+    cum = run(qnn, feed, keep_all=localise, ops=ops)  # every tensor only when the per-op view needs it
 
     origin = quantized_origins(qnn)
 
@@ -389,7 +390,7 @@ def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], 
     precision = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "float32")
     rows: tuple[OpCheck, ...] = ()
     if localise:
-        rows = tuple(_localise(source, qnn, provenance, ref, feed, kernels, tol, cumulative))
+        rows = tuple(_localise(source, qnn, provenance, ref, feed, kernels, tol, cumulative, ops))
     return DebugReport(qnn.name, backend, precision, policy, outputs, rows)
 
 
@@ -423,7 +424,8 @@ def _worst(checks: Sequence[TensorCheck]) -> TensorCheck | None:
     return max(checks, key=lambda c: (c.ratio, c.error), default=None)
 
 
-def _localise(source: Graph, qnn: QnnGraph, provenance, ref, feed, kernels, tol, cumulative) -> list[OpCheck]:
+def _localise(source: Graph, qnn: QnnGraph, provenance, ref, feed, kernels, tol, cumulative, registry=None
+              ) -> list[OpCheck]:
     low = _Lowered(source, qnn, provenance)
     tensors = qnn.tensors
     order = source.topo_order()
@@ -449,7 +451,8 @@ def _localise(source: Graph, qnn: QnnGraph, provenance, ref, feed, kernels, tol,
         """Run some of the lowered graph's ops on the given values of their inputs."""
         if not vals:  # no inputs: the interpreter would want the whole graph's
             vals = {n: np.asarray(feed[n]) for n in graph_inputs(qnn) if n in feed}
-        return run(QnnGraph(f"{ops[0].name}.verify", tensors, ops, list(vals), []), vals, keep_all=True)
+        return run(QnnGraph(f"{ops[0].name}.verify", tensors, ops, list(vals), []), vals, keep_all=True,
+                   ops=registry)
 
     derived: dict[str, np.ndarray] = {}  # lowered-graph tensors computed from reference values
 

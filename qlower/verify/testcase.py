@@ -282,16 +282,17 @@ class RuleTest:
             raise RuleTestFailure(f"{where}: emitted {emitted}, expected {list(self.expect.ops)}")
         fp16 = runs_float_in_float16(backend) and any(v.dtype == np.float32 for v in graph.values)
         if fp16:
-            to_float16(graph, self.rules.registry)
+            to_float16(graph, self.rules.registry, backend)
         if self.rules.ruleset.computes:
             from qlower.qnn.retype import compute_in_supported_types
 
             compute_in_supported_types(graph, self.rules.ruleset.computes, self.rules.registry, backend)
-        qg = to_qnn(graph, self.rules.registry)
-        problems = [d for d in validate_graph(qg, self.rules.registry, backend) if d.is_error]
+        ops = getattr(self.rules, "ops", None)  # the one op registry (a plugin's custom ops included)
+        qg = to_qnn(graph, ops if ops is not None else self.rules.registry)
+        problems = [d for d in validate_graph(qg, self.rules.registry, backend, ops=ops) if d.is_error]
         if problems:
             raise RuleTestFailure(f"{where}: emitted ops do not validate:\n{render_all(problems)}")
-        got = run_dequantized(qg, stored)
+        got = run_dequantized(qg, stored, ops=ops)
         tol = self.expect.tol
         for name, want in expected.items():
             out = qg.tensors[name]

@@ -56,8 +56,17 @@ CUSTOM = """<?xml version="1.0"?>
 
 def test_shipped_registry_covers_documented_ops(registry: OpDefRegistry) -> None:
     assert len(registry.names()) == 151
-    assert registry.backends == BACKENDS == ("cpu", "gpu", "htp", "dsp", "lpai")
+    assert registry.backends == BACKENDS == ("cpu", "dsp", "gpu", "htp", "lpai")
     assert registry.packages() == ("qti.aisw",)
+
+
+def test_the_backend_list_is_the_shipped_supplements() -> None:
+    """BACKENDS is read from the supplement files; each file says, in QNN's schema, which backend it is."""
+    import defusedxml.ElementTree as SafeET
+
+    named = {p.stem: SafeET.parse(p).getroot().get("Backend") for p in SHIPPED_DIR.glob("*.xml") if p.stem != "master"}
+    assert tuple(named) and sorted(named) == list(BACKENDS)
+    assert all(attr.lower() == stem for stem, attr in named.items()), named
 
 
 def test_param_facts(registry: OpDefRegistry) -> None:
@@ -109,7 +118,7 @@ def test_describe(registry: OpDefRegistry) -> None:
     assert "multiples" in text and "UINT_32" in text and "LPAI no" in text
     assert "FP16" in text and "in[0]=FLOAT_16" in text
     listing = describe(registry)
-    assert listing.splitlines()[0].split() == ["op", "cpu", "gpu", "htp", "dsp", "lpai"]
+    assert listing.splitlines()[0].split() == ["op", *BACKENDS]
     assert any(line.startswith("Tile ") for line in listing.splitlines())
     assert "Tile" not in describe(registry, None, "lpai").split()
     with pytest.raises(QlowerError) as exc:

@@ -27,6 +27,7 @@ import pytest
 
 from qlower.api import load_registry
 from qlower.qnn import reader
+from qlower.qnn.backends import BACKENDS
 from qlower.qnn.datatypes import to_numpy
 from qlower.qnn.model import ScalarParam
 from qlower.qnn.validate import validate_graph
@@ -35,7 +36,6 @@ from qlower.reference.interpreter import run
 ENV = "QLOWER_REAL_NET_JSON_DIR"
 ROOT = Path(os.environ[ENV]) if os.environ.get(ENV) else None
 FILES = sorted(ROOT.rglob("*_net.json")) if ROOT and ROOT.is_dir() else []
-BACKENDS = ("cpu", "gpu", "htp", "dsp", "lpai")
 
 _STR = r'"((?:[^"\\]|\\.)*)"'
 _NODE = re.compile(r"addNode\(\s*QNN_OPCONFIG_VERSION_\w+,\s*//[^\n]*\n\s*" + _STR + r",\s*//\s*Node Name\s*"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +15,10 @@ from qlower.qnn.datatypes import DataType as D
 from qlower.qnn.model import (
     EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorParam, TensorType,
 )
+import qlower.qnn.shapes as shapes_module
 from qlower.qnn.opdef import OpDefRegistry
+from qlower.qnn.registry import QnnOps
+from qlower.qnn.shapes import ShapeError, Sig
 from qlower.qnn.validate import validate_graph, validate_op
 
 NATIVE, STATIC = TensorType.NATIVE, TensorType.STATIC
@@ -260,32 +262,21 @@ def test_all_problems_reported_in_one_run(registry: OpDefRegistry) -> None:
     assert {d.subject for d in diags} == {"node act (qnn.ElementWiseNeuron)", "node sm (qnn.Softmax)"}
 
 
-@attrs.frozen
-class FakeSig:
-    shape: tuple[int, ...]
-    dtype: str
-
-
-class FakeShapeError(Exception):
-    pass
-
-
-def install_shapes(monkeypatch: pytest.MonkeyPatch) -> list:
-    """A stand-in shapes module: ElementWiseNeuron keeps its input's shape; rank 1 inputs are rejected."""
+def install_shapes(monkeypatch: pytest.MonkeyPatch, registry: OpDefRegistry, fn=None) -> tuple[list, QnnOps]:
+    """Shape checks on, through an op registry whose ElementWiseNeuron shape function is a stand-in
+    (keeps its input's shape, rejects rank 1) that records its calls; `fn` replaces it."""
     calls: list = []
 
-    def infer(op_type: str, inputs: Sequence, params: dict) -> list | None:
-        calls.append((op_type, tuple(inputs), dict(params)))
-        if op_type != "ElementWiseNeuron":
-            return None
+    def infer(inputs: Sequence, params: dict) -> list | None:
+        calls.append((tuple(inputs), dict(params)))
         if len(inputs[0].shape) == 1:
-            raise FakeShapeError("ElementWiseNeuron: in[0] must not be 1-D here")
-        return [FakeSig(inputs[0].shape, inputs[0].dtype)]
+            raise ShapeError("ElementWiseNeuron: in[0] must not be 1-D here")
+        return [Sig(inputs[0].shape, inputs[0].dtype)]
 
-    module = types.ModuleType("qlower.qnn.shapes")
-    module.Sig, module.ShapeError, module.infer = FakeSig, FakeShapeError, infer
-    monkeypatch.setitem(sys.modules, "qlower.qnn.shapes", module)
-    return calls
+    monkeypatch.setitem(sys.modules, "qlower.qnn.shapes", shapes_module)
+    entries = dict(QnnOps.build(registry).entries)
+    entries["ElementWiseNeuron"] = attrs.evolve(entries["ElementWiseNeuron"], shape_fn=fn or infer)
+    return calls, QnnOps(entries, registry)
 
 
 def neuron(b: Builder, in_dims: Sequence[int], out_dims: Sequence[int]) -> OpConfig:
@@ -294,21 +285,28 @@ def neuron(b: Builder, in_dims: Sequence[int], out_dims: Sequence[int]) -> OpCon
 
 
 def test_shape_consistency(registry: OpDefRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = install_shapes(monkeypatch)
+    calls, ops = install_shapes(monkeypatch, registry)
     b = Builder()
     op = neuron(b, (1, 8), (1, 9))
-    [d] = validate_op(op, b.graph, registry, "htp")
+    [d] = validate_op(op, b.graph, registry, "htp", ops=ops)
     assert d.code == "shape" and "[1, 9]" in d.message and "[1, 8]" in d.message
-    assert calls[-1] == ("ElementWiseNeuron", (FakeSig((1, 8), "float16"),), {"operation": 4})
+    assert calls[-1] == ((Sig((1, 8), "float16"),), {"operation": 4})
     b2 = Builder()
-    assert validate_op(neuron(b2, (1, 8), (1, 8)), b2.graph, registry, "htp") == []
+    assert validate_op(neuron(b2, (1, 8), (1, 8)), b2.graph, registry, "htp", ops=ops) == []
 
 
 def test_shape_error_from_rules(registry: OpDefRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
-    install_shapes(monkeypatch)
+    _, ops = install_shapes(monkeypatch, registry)
     b = Builder()
-    [d] = validate_op(neuron(b, (8,), (8,)), b.graph, registry, "htp")
+    [d] = validate_op(neuron(b, (8,), (8,)), b.graph, registry, "htp", ops=ops)
     assert d.code == "shape" and "must not be 1-D" in d.message
+
+
+def test_the_shipped_shape_rules_are_the_default(registry: OpDefRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "qlower.qnn.shapes", shapes_module)
+    b = Builder()
+    [d] = validate_op(neuron(b, (1, 8), (1, 9)), b.graph, registry, "htp")
+    assert d.code == "shape" and "[1, 9]" in d.message
 
 
 def test_shape_checks_skipped_without_shapes_module(registry: OpDefRegistry) -> None:
@@ -317,14 +315,12 @@ def test_shape_checks_skipped_without_shapes_module(registry: OpDefRegistry) -> 
 
 
 def test_failing_shape_rule_degrades_to_warning(registry: OpDefRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
-    install_shapes(monkeypatch)
-
     def broken(*_args: object) -> None:
         raise RuntimeError("rule bug")
 
-    monkeypatch.setattr(sys.modules["qlower.qnn.shapes"], "infer", broken)
+    _, ops = install_shapes(monkeypatch, registry, broken)
     b = Builder()
-    [d] = validate_op(neuron(b, (1, 8), (1, 8)), b.graph, registry, "htp")
+    [d] = validate_op(neuron(b, (1, 8), (1, 8)), b.graph, registry, "htp", ops=ops)
     assert d.code == "shape-internal" and not d.is_error and "rule bug" in d.message
 
 

@@ -17,7 +17,7 @@ from qlower.reference.qnn import (
     activation, conv, convert, elementwise, index, linalg, norm, pool, reduce, resize, sample, shape, space,
 )
 from qlower.qnn.opdef import OpDefRegistry
-from qlower.qnn.registry import QnnOps
+from qlower.qnn.registry import QnnOps, ShapeFn
 from qlower.reference.spec import Kernel
 
 _FAMILIES: tuple[Mapping[str, Kernel], ...] = (
@@ -45,6 +45,11 @@ RAW_IO_OPS: frozenset[str] = frozenset(convert.RAW_KERNELS)
 __all__ = ["QNN_KERNELS", "RAW_IO_OPS", "qnn_ops"]
 
 
-def qnn_ops(opdefs: OpDefRegistry | None = None) -> QnnOps:
-    """The QNN op registry with the reference kernels: assembled here because qnn may not import reference."""
-    return QnnOps.build(opdefs, QNN_KERNELS, RAW_IO_OPS)
+def qnn_ops(opdefs: OpDefRegistry | None = None, *, kernels: Mapping[str, Kernel] | None = None,
+            shape_fns: Mapping[str, ShapeFn] | None = None) -> QnnOps:
+    """The QNN op registry with the reference kernels: assembled here because qnn may not import reference.
+
+    `kernels` and `shape_fns` add custom ops' (a plugin's, by op type name); a kernel for an op that
+    has a built-in one is an error, as merging plugins reports it, never a silent override."""
+    extra = {n: k for n, k in (kernels or {}).items() if QNN_KERNELS.get(n) is not k}  # QNN's own come along
+    return QnnOps.build(opdefs, QNN_KERNELS, RAW_IO_OPS, shape_fns, extra)
