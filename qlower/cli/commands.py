@@ -79,12 +79,17 @@ def check(args: argparse.Namespace) -> int:
     extra = installed()
     registry = load_registry([*args.opdefs, *extra.opdef_paths])  # plugins' op packages, as load_rules has them
     diags, sources = check_paths(paths, registry=registry, functions=extra.functions, packs=extra.packs)
-    if diags:
-        print(render_all(diags, sources), file=sys.stderr)
+    # notes describe rules that are fine (a rule emitting source and QNN ops lowers in stages):
+    # shown on request, so a clean check of a whole pack stays quiet
+    notes = sum(1 for d in diags if d.severity is Severity.NOTE)
+    shown = diags if args.verbose else [d for d in diags if d.severity is not Severity.NOTE]
+    if shown:
+        print(render_all(shown, sources), file=sys.stderr)
     errors = sum(1 for d in diags if d.severity is Severity.ERROR)
     warnings = sum(1 for d in diags if d.severity is Severity.WARNING)
     if not args.quiet:
-        print(f"checked {', '.join(args.paths)}: {errors} error(s), {warnings} warning(s)")
+        more = f", {notes} note(s)" + ("" if args.verbose else " (-v shows them)") if notes else ""
+        print(f"checked {', '.join(args.paths)}: {errors} error(s), {warnings} warning(s){more}")
     return 1 if errors else 0
 
 

@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("paths", nargs="+")
     s.add_argument("--opdefs", action="append", default=[], help="extra OpDef XML (custom op package)")
     s.add_argument("-q", "--quiet", action="store_true", help="print only errors and warnings, no summary")
+    s.add_argument("-v", "--verbose", action="store_true", help="print notes too (rules that are fine but notable)")
     s.set_defaults(func=commands.check)
 
     s = sub.add_parser("fmt", help="format .qpat files canonically")

@@ -123,6 +123,20 @@ def test_check_quiet_prints_no_summary(capsys, work):
     assert code == 0 and out == ""
 
 
+def test_check_shows_notes_only_when_asked(capsys, work):
+    """A rule emitting both source and QNN ops is fine (it lowers in stages): its note is counted,
+    and printed with -v only."""
+    f = work / "staged.qpat"
+    f.write_text("op m.Sq(x) -> y\nop m.Mul(a, b) -> y\n\nrule square {\n  match y = m.Sq(x)\n  emit {\n"
+                 "    t = m.Mul(x, x)\n    y = qnn.Relu(t)\n  }\n}\n")
+    code, out, err = qlower(capsys, "check", f)
+    assert code == 0 and err == ""
+    assert "0 error(s), 0 warning(s), 1 note(s) (-v shows them)" in out
+    code, out, err = qlower(capsys, "check", "-v", f)
+    assert code == 0 and "emits both QNN ops" in err and "staged.qpat:4:6" in err
+    assert "1 note(s)" in out and "-v shows" not in out
+
+
 def test_check_warnings_do_not_fail(capsys, work):
     f = work / "warn.qpat"
     f.write_text("op m.Neg(x) -> y\n\nrule r {\n  match y = m.Neg(x)\n  fail \"no\"\n}\n")
