@@ -202,3 +202,23 @@ def test_conv_transpose3d(rules, backend: str, core: bool) -> None:
     torch.manual_seed(0)
     counts = _lower_and_compare(Up3d(), (torch.randn(1, 4, 2, 3, 3),), rules, backend, core)
     assert counts.get("TransposeConv3d") == 1
+
+
+class CircularConv(nn.Module):
+    """A conv with circular padding (padding_mode="circular"): core ATen writes the wrap-around with
+    empty + copy + slice_scatter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular")
+
+    def forward(self, x):
+        return self.conv(nn.functional.pad(x, (1, 2, 2, 1), mode="circular"))
+
+
+@pytest.mark.parametrize("core", [False, True], ids=["export", "core-aten"])
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_circular_padding(rules, backend: str, core: bool) -> None:
+    torch.manual_seed(0)
+    counts = _lower_and_compare(CircularConv(), (torch.randn(1, 3, 6, 7),), rules, backend, core)
+    assert counts["Conv2d"] == 1
