@@ -239,7 +239,10 @@ class _Printer:
 
     def emit_if(self, depth: int, keyword: str, item: ast.EmitIf) -> None:
         """`if COND {` ... `} else {` ... `}`; an else holding just another `if` prints as `} else if`."""
-        self.put(depth, f"{keyword} {format_expr(item.cond)} {{")
+        cond = format_expr(item.cond)
+        if isinstance(item.cond, ast.Conditional):  # `if (a if c else b) {`: the bracket keeps `if` an emit `if`
+            cond = f"({cond})"
+        self.put(depth, f"{keyword} {cond} {{")
         for kid in item.then:
             self.emit_entry(depth + 1, kid, self.comments.before.get(id(kid), []))
         rest = item.otherwise
