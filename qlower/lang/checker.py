@@ -8,7 +8,7 @@ raises for bad input. Rule bodies are checked by `checker_rules`, tests by
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import attrs
 
@@ -95,13 +95,15 @@ CODES: dict[str, str] = {
 
 
 def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions: FunctionTable,
-          sources: SourceCache | None = None, focus: Collection[str] | None = None) -> list[Diagnostic]:
+          sources: SourceCache | None = None, focus: Collection[str] | None = None,
+          groups: Mapping[str, str] | None = None) -> list[Diagnostic]:
     """All findings for a rule set, ordered by file (as given) and position.
 
     `sources` (the texts the modules were parsed from) lets findings point at
     the exact name inside a node, e.g. the op of an emit item. `focus` (file
     names) checks only those files' rules and tests in depth, the others giving
     just their names and declarations: an editor re-checking one changed file.
+    `groups` (file → folder) tells which user files were loaded as one folder (they share fragments).
     """
     ctx = Context(registry, functions, Locator(sources))
     ctx.defines.update({d.name: len(d.params) for m in modules for d in m.defines})
@@ -129,7 +131,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
         _check_self_feeding(ctx, r)
         if ctx.errors > n:
             broken.add(id(r))
-    _check_fragments(ctx, modules, focus)
+    _check_fragments(ctx, modules, focus, groups)
     tests: dict[str, ast.Test] = {}
     for m in modules:
         for t in m.tests:
@@ -308,18 +310,20 @@ def _check_cleanup(ctx: Context, rule: ast.Rule) -> None:
                                  code="cleanup-emits-source"))
 
 
-def _check_fragments(ctx: Context, modules: Sequence[ast.Module], focus: Collection[str] | None) -> None:
+def _check_fragments(ctx: Context, modules: Sequence[ast.Module], focus: Collection[str] | None,
+                     groups: Mapping[str, str] | None) -> None:
     """Fragments and defs at their definitions: one name per pack (a user's file is its own scope), every
     result bound, every value a fragment uses a parameter or its own, a def's body only its parameters;
     their expressions are checked where they are used (they need the caller's types)."""
-    from qlower.lang.fragments import local_names  # noqa: PLC0415
+    from qlower.lang.fragments import group_of, local_names  # noqa: PLC0415
 
     frags: dict[str, dict[str, ast.Fragment]] = {}
     defs: dict[str, dict[str, ast.Define]] = {}
     for m in modules:
         deep = focus is None or m.file in focus
-        scope = m.namespace or m.file
-        where = f"pack `{m.namespace}`" if m.namespace else "this file"
+        scope = group_of(m, groups)
+        where = (f"pack `{m.namespace}`" if m.namespace else "this folder" if scope.startswith("folder:")
+                 else "this file")
         for f in m.fragments:
             first = frags.setdefault(scope, {}).setdefault(f.name, f)
             if first is not f and deep:

@@ -186,9 +186,10 @@ class ExprTyper:
             if n != len(args):
                 self.report(error(f"`{e.func}` (a def) takes {n} argument{'s' if n != 1 else ''}, got {len(args)}",
                                   span=e.span, code="call-arity"))
-            else:
-                self.report(error(f"`{e.func}` (a def) calls itself, directly or through others",
-                                  span=e.span, code="def-recursive"))
+            else:  # left unexpanded with the right arity: defined elsewhere, or nested past the limit
+                self.report(error(f"`{e.func}` is a def this file cannot see, or one that calls itself",
+                                  span=e.span, code="unknown-function",
+                                  hint="a def is visible in the files of its pack (or of the folder loaded with it)"))
             return ANY
         if fn is None:
             self.report(error(f"unknown function `{e.func}`", span=e.span,

@@ -10,7 +10,8 @@ parameters replaced by the argument expressions. A call that does not resolve (u
 fragment, wrong arity) is left in place for the checker to report.
 
 Visibility (`Scope`): a file sees its own fragments and defs, those of every file of its
-pack, and other packs' fragments qualified (`onnx.to_nhwc(x)`). The parser inlines a
+pack (or of the folder a user named, loaded as one), and other packs' fragments qualified
+(`onnx.to_nhwc(x)`). The parser inlines a
 file's own; the loader, which sees the whole rule set, inlines again with the pack's.
 All of it happens once when rules load, never per matched node.
 """
@@ -42,24 +43,31 @@ def file_scope(module: ast.Module) -> Scope:
     return Scope({f.name: f for f in reversed(module.fragments)}, {d.name: d for d in reversed(module.defines)})
 
 
-def pack_scopes(modules: Sequence[ast.Module], op_names: set[str] | frozenset[str] = frozenset()) -> dict[int, Scope]:
-    """Each module's scope (by id): its pack's fragments and defs (a user's file, namespace "",
-    sees only its own), plus every pack's fragments as `pack.name` unless an op has that name."""
-    by_pack: dict[str, tuple[dict, dict]] = {}
+def group_of(m: ast.Module, groups: Mapping[str, str] | None = None) -> str:
+    """What shares fragments and defs with a file: its pack, else the folder it was loaded as part of
+    (`groups`: file → folder), else the file alone."""
+    if m.namespace:
+        return "pack:" + m.namespace
+    return "folder:" + groups[m.file] if groups and m.file in groups else "file:" + m.file
+
+
+def pack_scopes(modules: Sequence[ast.Module], op_names: set[str] | frozenset[str] = frozenset(),
+                groups: Mapping[str, str] | None = None) -> dict[int, Scope]:
+    """Each module's scope (by id): the fragments and defs of its pack (or of the folder a user named,
+    or its own file), plus every pack's fragments as `pack.name` unless an op has that name."""
+    by_group: dict[str, tuple[dict, dict]] = {}
     for m in modules:
-        if not m.namespace:
-            continue
-        frags, defs = by_pack.setdefault(m.namespace, ({}, {}))
+        frags, defs = by_group.setdefault(group_of(m, groups), ({}, {}))
         for f in m.fragments:
             frags.setdefault(f.name, f)
         for d in m.defines:
             defs.setdefault(d.name, d)
-    qualified = {f"{ns}.{n}": f for ns, (frags, _) in by_pack.items() for n, f in frags.items()
-                 if f"{ns}.{n}" not in op_names}
+    qualified = {f"{m.namespace}.{f.name}": f for m in modules if m.namespace for f in m.fragments
+                 if f"{m.namespace}.{f.name}" not in op_names}
     out: dict[int, Scope] = {}
     for m in modules:
         own = file_scope(m)
-        frags, defs = by_pack.get(m.namespace, ({}, {})) if m.namespace else ({}, {})
+        frags, defs = by_group[group_of(m, groups)]
         out[id(m)] = Scope({**qualified, **frags, **own.fragments}, {**defs, **own.defines})
     return out
 

@@ -91,6 +91,7 @@ class _Load:
     sources: SourceCache = attrs.field(factory=SourceCache)
     seen: set[Path] = attrs.field(factory=set)
     syntax_errors: bool = False
+    groups: dict[str, str] = attrs.field(factory=dict)  # file → the folder it was loaded with (shares fragments)
 
     @property
     def pack_roots(self) -> dict[Path, str]:
@@ -125,6 +126,7 @@ class _Load:
         if not files:
             self.diagnostics.append(warning(f"rule folder {d} holds no .qpat files", span=span, code="empty-folder"))
         for f in files:
+            self.groups.setdefault(str(f), str(d))
             self.file(f, direct)
 
     def file(self, f: Path, direct: bool = False) -> None:
@@ -226,7 +228,7 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
                  overlay=overlay or {}, parse_cache=parse_cache)
     for p in paths:
         load.path(Path(p), direct=True)
-    load.modules = _inline_pack_scopes(load.modules)
+    load.modules = _inline_pack_scopes(load.modules, load.groups)
     if registry is None:
         try:
             registry = default_registry()
@@ -235,7 +237,7 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
             return load
     found = check(load.modules, registry=registry,
                   functions=functions if functions is not None else builtin_functions(), sources=load.sources,
-                  focus=None if focus is None else {str(f) for f in focus})
+                  focus=None if focus is None else {str(f) for f in focus}, groups=load.groups)
     if load.syntax_errors:
         found = [d for d in found if d.code not in _NEEDS_ALL_FILES]
     found = [_import_hint(d, load) for d in found]
@@ -245,10 +247,10 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
     return load
 
 
-def _inline_pack_scopes(modules: list[ast.Module]) -> list[ast.Module]:
+def _inline_pack_scopes(modules: list[ast.Module], groups: Mapping[str, str]) -> list[ast.Module]:
     """Each module's rules inlined again with what its pack makes visible (fragments and defs of the
     pack's other files, other packs' fragments qualified); the parser inlined only the file's own."""
-    scopes = pack_scopes(modules, {d.op for m in modules for d in m.ops})
+    scopes = pack_scopes(modules, {d.op for m in modules for d in m.ops}, groups)
     out = []
     for m in modules:
         scope, own = scopes[id(m)], file_scope(m)

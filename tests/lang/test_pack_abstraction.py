@@ -283,3 +283,17 @@ def test_fragment_if_and_def_lower_like_the_rule_written_out(law_rules, shape, o
         got = lower(_relu_graph(shape, op), rules, "cpu", validate=False)
         results.append((_summary(got.graph), len(got.errors)))
     assert results[0] == results[1]
+
+
+def test_a_folder_named_on_its_own_shares_fragments_and_defs_between_its_files(tmp_path: Path) -> None:
+    """A copy of a pack loaded as a plain folder (names unqualified) still works as one scope;
+    one of its files alone does not see the others' fragments and defs."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "layout.qpat").write_text(_LAYOUT, encoding="utf-8")
+    (folder / "relu.qpat").write_text(_RELU, encoding="utf-8")
+    found, _ = check_paths([folder])
+    assert [str(d) for d in found if d.is_error] == []
+    found, _ = check_paths([folder / "relu.qpat"])
+    codes = sorted({d.code for d in found if d.is_error})
+    assert codes == ["unknown-fragment", "unknown-function"], codes
