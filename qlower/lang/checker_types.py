@@ -131,6 +131,7 @@ class ExprTyper:
         self.lookup = lookup
         self.candidates = candidates
         self.later = later
+        self.defines: dict[str, int] = {}  # def name → its parameter count (a call left unexpanded is wrong)
 
     def expect(self, expr: ast.Expr, expected: str, what: str) -> str:
         """Infer `expr` and report when it is not `expected`; `what` names the slot."""
@@ -180,6 +181,16 @@ class ExprTyper:
     def _Call(self, e: ast.Call) -> str:
         fn = self.functions.get(e.func)
         args = [self.infer(a) for a in e.args]
+        if fn is None and e.func in self.defines:
+            n = self.defines[e.func]
+            if n != len(args):
+                self.report(error(f"`{e.func}` (a def) takes {n} argument{'s' if n != 1 else ''}, got {len(args)}",
+                                  span=e.span, code="call-arity"))
+            else:  # left unexpanded with the right arity: defined elsewhere, or nested past the limit
+                self.report(error(f"`{e.func}` is a def this file cannot see, or one that calls itself",
+                                  span=e.span, code="unknown-function",
+                                  hint="a def is visible in the files of its pack (or of the folder loaded with it)"))
+            return ANY
         if fn is None:
             self.report(error(f"unknown function `{e.func}`", span=e.span,
                               hint=suggest(e.func, self.functions.names()), code="unknown-function"))
