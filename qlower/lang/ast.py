@@ -303,6 +303,9 @@ class EmitOp:
     # `b ?= ...`: only emitted when `b` (an optional operand) is absent
     default: bool = False
     span: Span = _span()
+    # An op type known only per match (a fragment's `k: op` parameter given an expression such as
+    # `optype(y)`): evaluated when the rule emits; `op` then holds its text for messages.
+    op_expr: Expr | None = None
 
 
 @node
@@ -336,12 +339,38 @@ class FragmentCall:
     """`r = NAME(args)`: a fragment's emit items inlined here (args: values, `xs...`, expressions)."""
 
     binders: Binders
-    name: str
-    args: tuple[Arg, ...]  # kind "rest" (`xs...`) or "expr" (anything else, a plain name included)
+    name: str  # a fragment of the pack, `pack.name` of another pack's, or a `k: op` parameter
+    # kind "rest" (`xs...`), "op" (a qualified op type, `qnn.Relu`) or "expr" (anything else, a plain name included)
+    args: tuple[Arg, ...]
+    span: Span = _span()
+    params: tuple[Param, ...] = ()  # only for a `k: op` parameter's op
+    props: tuple[ValueProp, ...] = ()
+
+
+@node
+class EmitIf:
+    """`if COND { items } else { items }` in an emit block: COND is evaluated per match and picks
+    the branch whose items are emitted; a name used after it must be bound by both branches."""
+
+    cond: Expr
+    then: tuple[EmitItem, ...]
+    otherwise: tuple[EmitItem, ...] = ()
     span: Span = _span()
 
 
-EmitItem = Union[EmitOp, EmitAlias, EmitTensor, EmitLet, FragmentCall]
+EmitItem = Union[EmitOp, EmitAlias, EmitTensor, EmitLet, FragmentCall, EmitIf]
+
+
+def flat_items(items) -> tuple:
+    """Emit items with each `if`'s branches spliced in (both of them), for walks over every item."""
+    out: list = []
+    for i in items:
+        if isinstance(i, EmitIf):
+            out.extend(flat_items(i.then))
+            out.extend(flat_items(i.otherwise))
+        else:
+            out.append(i)
+    return tuple(out)
 
 
 @node
@@ -372,7 +401,8 @@ class Rule:
 
     @property
     def emits(self) -> tuple[EmitItem, ...]:
-        return tuple(i for s in self.body if isinstance(s, Emit) for i in s.items)
+        """Every emit item, both branches of each `if` spliced in."""
+        return tuple(i for s in self.body if isinstance(s, Emit) for i in flat_items(s.items))
 
 
 def optional_captures(rule: Rule) -> list[str]:
@@ -550,6 +580,7 @@ class FragmentParam:
     name: str
     rest: bool = False
     span: Span = _span()
+    op: bool = False  # `k: op`: an op type, emitted as `r = k(args)`
 
 
 @node
@@ -565,7 +596,19 @@ class Fragment:
     span: Span = _span()
 
 
-Item = Union[Import, OpDecl, ComputeDecl, Rule, MapDecl, Fragment, Test]
+@node
+class Define:
+    """`def NAME(params) = expr`: an expression written once per pack (a shared guard, say), called
+    from any expression like a function and replaced by its body with the arguments substituted."""
+
+    name: str
+    params: tuple[str, ...]
+    expr: Expr
+    doc: str | None = None
+    span: Span = _span()
+
+
+Item = Union[Import, OpDecl, ComputeDecl, Rule, MapDecl, Fragment, Define, Test]
 
 
 @node
@@ -597,6 +640,10 @@ class Module:
     @property
     def fragments(self) -> tuple[Fragment, ...]:
         return tuple(i for i in self.items if isinstance(i, Fragment))
+
+    @property
+    def defines(self) -> tuple[Define, ...]:
+        return tuple(i for i in self.items if isinstance(i, Define))
 
     @property
     def tests(self) -> tuple[Test, ...]:

@@ -102,7 +102,7 @@ def _edge(x, first: bool):
     span = x if isinstance(x, Span) else getattr(x, "span", None)
     if span is not None:
         return (span.line, span.column) if first else (span.end_line, span.end_column)
-    items = x.items if isinstance(x, (_Params, _Props)) else x if isinstance(x, (list, tuple)) else ()
+    items = x.items if isinstance(x, (_Params, _Props, _Else)) else x if isinstance(x, (list, tuple)) else ()
     for y in (items if first else reversed(items)):
         r = _edge(y, first)
         if r is not None:
@@ -386,7 +386,8 @@ class Builder(Transformer):
         if kind == "alias":
             return ast.EmitAlias(binders, payload, span=s)
         if kind == "call":
-            return ast.FragmentCall(binders, payload[0], payload[1], span=s)
+            name, args, params, props = payload
+            return ast.FragmentCall(binders, name, args, span=s, params=params, props=props)
         expr, props = payload
         return ast.EmitTensor(binders, expr, props, span=s)
 
@@ -429,11 +430,35 @@ class Builder(Transformer):
     def frag_param(self, meta, ch):
         return ast.FragmentParam(str(ch[0]), ch[1] is not None, span=self._s(meta))
 
+    def frag_op_param(self, meta, ch):
+        return ast.FragmentParam(str(ch[0]), span=self._s(meta), op=True)
+
+    def def_decl(self, meta, ch):
+        names = [str(c) for c in ch if isinstance(c, _TOKENS) and c.type == "NAME"]
+        return ast.Define(names[0], tuple(names[1:]), ch[-1], span=self._s(meta))
+
     def emit_call(self, meta, ch):
-        return ("call", (str(ch[0]), tuple(c for c in ch[1:] if c is not None)), meta)
+        args, params, props = _call_parts([c for c in ch[1:] if c is not None])
+        return ("call", (str(ch[0]), args, params, props), meta)
+
+    def emit_if(self, meta, ch):
+        cond, *rest = [c for c in ch if not (isinstance(c, _TOKENS) and c.type == "EMIT_IF")]
+        otherwise: tuple = ()
+        if rest and isinstance(rest[-1], _Else):
+            otherwise = rest.pop().items
+        return ast.EmitIf(cond, tuple(c for c in rest if c is not None), otherwise, span=self._s(meta))
+
+    def emit_else(self, meta, ch):
+        return _Else(tuple(c for c in ch if c is not None), meta)
+
+    def else_if(self, meta, ch):
+        return _Else((ch[0],), meta)
 
     def arg_expr(self, meta, ch):
         return ast.Arg("expr", expr=ch[0], span=self._s(meta))
+
+    def arg_op(self, meta, ch):
+        return ast.Arg("op", str(ch[0]), span=self._s(meta))
 
     def map_test(self, meta, ch):
         return ch[0]
@@ -607,6 +632,14 @@ class _Params:
 class _Props:
     def __init__(self, items):
         self.items = items
+
+
+class _Else:
+    """An `else` block's items and its span (to its closing brace, so comments inside stay inside)."""
+
+    def __init__(self, items, span):
+        self.items = items
+        self.span = span
 
 
 def _call_parts(rest: list) -> tuple[tuple[ast.Arg, ...], tuple, tuple]:

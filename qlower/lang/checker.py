@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+import attrs
+
 from qlower.diagnostics import Diagnostic, Note, SourceCache, did_you_mean, error, warning
 from qlower.lang import ast
 from qlower.lang.checker_rules import RuleChecker
@@ -80,6 +82,15 @@ CODES: dict[str, str] = {
     "unknown-rule": "a test for (or expecting) a rule that does not exist",
     "dim-range": "a test dim range lo..hi with lo > hi",
     "test-no-graph": "a test without a `graph`",
+    "unknown-fragment": "an emit call that names no visible fragment, or gives it the wrong arguments",
+    "duplicate-fragment": "two fragments with one name in one pack (or one user file)",
+    "fragment-scope": "a fragment using a value that is neither its parameter nor its own",
+    "fragment-result": "a fragment that never binds one of its results",
+    "duplicate-def": "two defs with one name in one pack (or one user file)",
+    "def-scope": "a def whose body uses a name that is not its parameter",
+    "def-shadows": "a def named like a built-in function",
+    "def-recursive": "a def that calls itself",
+    "branch-name": "a name used after an emit `if` that only one of its branches binds",
 }
 
 
@@ -93,6 +104,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     just their names and declarations: an editor re-checking one changed file.
     """
     ctx = Context(registry, functions, Locator(sources))
+    ctx.defines.update({d.name: len(d.params) for m in modules for d in m.defines})
     for m in modules:
         for d in m.ops:
             _check_decl(ctx, d)
@@ -117,9 +129,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
         _check_self_feeding(ctx, r)
         if ctx.errors > n:
             broken.add(id(r))
-    for m in modules:
-        if focus is None or m.file in focus:
-            _check_fragments(ctx, m)
+    _check_fragments(ctx, modules, focus)
     tests: dict[str, ast.Test] = {}
     for m in modules:
         for t in m.tests:
@@ -271,7 +281,7 @@ def _check_self_feeding(ctx: Context, rule: ast.Rule) -> None:
     if not rule.matches or any(isinstance(s, ast.Require) for s in rule.body):
         return
     roots = set(rule.matches[0].pattern.op_types)
-    again = [i for i in rule.emits if isinstance(i, ast.EmitOp) and i.op in roots]
+    again = [i for i in rule.emits if isinstance(i, ast.EmitOp) and i.op in roots and i.op_expr is None]
     if again and _matches_all(ctx, rule):
         item = again[0]
         ctx.report(error(f"rule `{rule.name}` matches every {item.op} and emits {item.op} again: it would rewrite "
@@ -292,35 +302,91 @@ def _check_cleanup(ctx: Context, rule: ast.Rule) -> None:
                          span=where, code="mixed-root"))
     elif all(target):
         for item in rule.emits:
-            if isinstance(item, ast.EmitOp) and not ctx.is_target(item.op):
+            if isinstance(item, ast.EmitOp) and item.op_expr is None and not ctx.is_target(item.op):
                 ctx.report(error(f"a cleanup rule (rooted at a QNN op) cannot emit `{item.op}`: it runs after "
                                  f"lowering, when only QNN ops remain", span=ctx.locate.find(item.span, item.op),
                                  code="cleanup-emits-source"))
 
 
-def _check_fragments(ctx, m: ast.Module) -> None:
-    """A fragment at its definition: unique name, every result bound, every value it uses a
-    parameter or its own; its expressions are checked where it is used (they need the caller's types)."""
+def _check_fragments(ctx: Context, modules: Sequence[ast.Module], focus: Collection[str] | None) -> None:
+    """Fragments and defs at their definitions: one name per pack (a user's file is its own scope), every
+    result bound, every value a fragment uses a parameter or its own, a def's body only its parameters;
+    their expressions are checked where they are used (they need the caller's types)."""
     from qlower.lang.fragments import local_names  # noqa: PLC0415
 
-    seen: dict[str, ast.Fragment] = {}
-    for f in m.fragments:
-        span = f.span
-        if f.name in seen:
-            ctx.report(error(f"fragment `{f.name}` is defined twice", span=span, code="duplicate-fragment"))
-        seen.setdefault(f.name, f)
-        known = {p.name for p in f.params} | set(local_names(f)) | set(f.results)
-        bound: set[str] = set()
-        for item in f.body:
-            for a in getattr(item, "args", ()):
-                if a.kind in ("value", "rest") and a.name not in known:
-                    ctx.report(error(f"fragment `{f.name}` uses `{a.name}`, which is neither its parameter nor "
-                                     "bound in it", span=a.span, code="fragment-scope"))
-            bound.update((item.name,) if isinstance(item, ast.EmitLet) else item.binders.names)
-        for r in f.results:
-            if r not in bound:
-                ctx.report(error(f"fragment `{f.name}` never binds its result `{r}`", span=span,
-                                 code="fragment-result"))
+    frags: dict[str, dict[str, ast.Fragment]] = {}
+    defs: dict[str, dict[str, ast.Define]] = {}
+    for m in modules:
+        deep = focus is None or m.file in focus
+        scope = m.namespace or m.file
+        where = f"pack `{m.namespace}`" if m.namespace else "this file"
+        for f in m.fragments:
+            first = frags.setdefault(scope, {}).setdefault(f.name, f)
+            if first is not f and deep:
+                ctx.report(error(f"fragment `{f.name}` is defined twice in {where}",
+                                 span=ctx.locate.find(f.span, f.name, after="fragment"), code="duplicate-fragment",
+                                 notes=[Note("first defined here", ctx.locate.find(first.span, first.name,
+                                                                                   after="fragment"))]))
+            if deep:
+                _check_fragment(ctx, f, local_names(f))
+        for d in m.defines:
+            first_d = defs.setdefault(scope, {}).setdefault(d.name, d)
+            if first_d is not d and deep:
+                ctx.report(error(f"def `{d.name}` is defined twice in {where}",
+                                 span=ctx.locate.find(d.span, d.name, after="def"), code="duplicate-def",
+                                 notes=[Note("first defined here", ctx.locate.find(first_d.span, first_d.name,
+                                                                                   after="def"))]))
+            if deep:
+                _check_define(ctx, d)
+
+
+def _check_fragment(ctx: Context, f: ast.Fragment, local: list[str]) -> None:
+    ops = {p.name for p in f.params if p.op}
+    known = {p.name for p in f.params} | set(local) | set(f.results)
+    bound: set[str] = set()
+    for item in ast.flat_items(f.body):
+        for a in getattr(item, "args", ()):
+            if a.kind in ("value", "rest") and a.name not in known:
+                ctx.report(error(f"fragment `{f.name}` uses `{a.name}`, which is neither its parameter nor "
+                                 "bound in it", span=a.span, code="fragment-scope"))
+            elif a.kind in ("value", "rest") and a.name in ops:
+                ctx.report(error(f"`{a.name}` is an op type (`{a.name}: op`), not a value", span=a.span,
+                                 code="fragment-scope"))
+        bound.update((item.name,) if isinstance(item, ast.EmitLet) else item.binders.names)
+    for r in f.results:
+        if r not in bound:
+            ctx.report(error(f"fragment `{f.name}` never binds its result `{r}`", span=f.span,
+                             code="fragment-result"))
+
+
+def _check_define(ctx: Context, d: ast.Define) -> None:
+    from qlower.lang.fragments import def_calls  # noqa: PLC0415
+
+    at = ctx.locate.find(d.span, d.name, after="def")
+    if ctx.functions.get(d.name) is not None:
+        ctx.report(error(f"def `{d.name}` has the name of a built-in function", span=at, code="def-shadows",
+                         hint="give it another name"))
+    params = set(d.params)
+    if len(params) != len(d.params):
+        ctx.report(error(f"def `{d.name}` names a parameter twice", span=at, code="duplicate-name"))
+
+    def walk(x) -> None:
+        if isinstance(x, ast.Name):
+            if x.id not in params:
+                ctx.report(error(f"def `{d.name}` uses `{x.id}`, which is not its parameter", span=x.span,
+                                 hint="a def sees only its parameters; pass the value as one", code="def-scope"))
+            return
+        if isinstance(x, ast.Literal) or x is None:
+            return
+        for fld in attrs.fields(type(x)):
+            v = getattr(x, fld.name)
+            for i in (v if isinstance(v, tuple) else (v,)):
+                if attrs.has(type(i)):
+                    walk(i)
+
+    walk(d.expr)
+    if any(c.func == d.name for c in def_calls(d.expr, {d.name: d})):
+        ctx.report(error(f"def `{d.name}` calls itself", span=at, code="def-recursive"))
 
 
 def _check_overrides(ctx: Context, modules: Sequence[ast.Module]) -> set[int]:

@@ -18,6 +18,7 @@ class RuleChecker(PatternChecker):
         super().__init__(ctx, rule)
         self.produced: dict[str, Span | None] = {}
         self.emitted: dict[bool, str] = {}  # is-qnn → first emitted op of that kind
+        self.branch_results: dict[str, Span | None] = {}  # root results emitted in one branch of an `if` only
 
     def run(self) -> None:
         r, ctx = self.rule, self.ctx
@@ -45,7 +46,11 @@ class RuleChecker(PatternChecker):
                     self._emit(item)
         if not has_fail:
             for name in self.results:
-                if name not in self.produced:
+                if name not in self.produced and name in self.branch_results:
+                    ctx.report(error(f"result `{name}` of the root is emitted in only one branch of an `if`",
+                                     span=self.branch_results[name], code="missing-result",
+                                     hint=f"emit `{name}` in both branches (an `else` block)"))
+                elif name not in self.produced:
                     ctx.report(error(f"result `{name}` of the root is never emitted", span=self.scope[name].span,
                                      hint=f"add `{name} = ...` to the emit block, or `fail` for unsupported cases",
                                      code="missing-result"))
@@ -67,24 +72,58 @@ class RuleChecker(PatternChecker):
                                         code="unused-capture"))
             elif b.kind == "let":
                 self.ctx.report(warning(f"`{b.name}` is never used", span=b.span, code="unused-let"))
-            elif b.kind == "emit":
+            elif b.kind in ("emit", "branch"):
                 self.ctx.report(warning(f"emitted value `{b.name}` is never used", span=b.span,
                                         code="unused-value"))
 
     # ----------------------------------------------------------------- emit
 
+    def _emit_if(self, item: ast.EmitIf) -> None:
+        """Both branches checked from the same names; after the `if`, a name is bound when both bind it
+        (one bound by one branch only is an error where it is used, `branch-name`)."""
+        self.typer.expect(item.cond, "bool", "an `if` condition")
+        before, produced = dict(self.scope), dict(self.produced)
+        for i in item.then:
+            self._emit(i)
+        then_scope, then_produced = self.scope, self.produced
+        self.scope, self.produced = dict(before), dict(produced)
+        for i in item.otherwise:
+            self._emit(i)
+        merged = dict(before)
+        for name in (then_scope.keys() | self.scope.keys()) - before.keys():
+            a, b = then_scope.get(name), self.scope.get(name)
+            if a is not None and b is not None:
+                a.used = a.used or b.used
+                merged[name] = a
+            else:
+                x = a or b
+                if x.kind in ("emit", "let"):
+                    x.kind = "branch"  # a use after the `if` is an error (`branch-name`)
+                merged[name] = x
+        self.scope = merged
+        for name in (then_produced.keys() | self.produced.keys()) - produced.keys():
+            if name in then_produced and name in self.produced:
+                produced[name] = then_produced[name]
+            else:
+                self.branch_results.setdefault(name, then_produced.get(name) or self.produced.get(name))
+        self.produced = produced
+
     def _emit(self, item: ast.EmitItem) -> None:
         ctx = self.ctx
+        if isinstance(item, ast.EmitIf):
+            self._emit_if(item)
+            return
         if isinstance(item, ast.FragmentCall):  # left in place only when it does not resolve
-            ctx.report(error(f"`{item.name}(...)` is not a fragment of this file with {len(item.args)} "
+            ctx.report(error(f"`{item.name}(...)` is not a fragment visible here with {len(item.args)} "
                              f"argument(s) and {len(item.binders.names)} result(s)",
                              span=self._at(item.span, item.name), code="unknown-fragment",
-                             hint="fragments are defined with `fragment NAME(params) -> results { ... }` "
-                                  "in the same file"))
+                             hint="fragments are defined with `fragment NAME(params) -> results { ... }` in a file "
+                                  "of the same pack (another pack's as `pack.name(...)`); a `k: op` parameter is "
+                                  "passed an op type such as `qnn.Relu`"))
             for a in item.args:  # still look at the arguments and bind the results: no follow-on noise
                 if a.kind == "expr" and a.expr is not None:
                     self.typer.infer(a.expr)
-                else:
+                elif a.kind != "op":
                     self._arg(a)
             self._emit_binders(item.binders)
             return
@@ -92,7 +131,9 @@ class RuleChecker(PatternChecker):
             t = self.typer.infer(item.expr)
             self._define(item.name, "let", t, self._at(item.span, item.name, after="let"))
             return
-        if isinstance(item, ast.EmitOp):
+        if isinstance(item, ast.EmitOp) and item.op_expr is not None:
+            self._dynamic_op(item)
+        elif isinstance(item, ast.EmitOp):
             op_span = self._at(item.span, item.op)
             sig = ctx.resolve(item.op, op_span)
             for a in item.args:
@@ -129,6 +170,26 @@ class RuleChecker(PatternChecker):
             self._emit_binders(item.binders)
         if isinstance(item, ast.EmitOp) and item.fold:
             self._fold(item)
+
+    def _dynamic_op(self, item: ast.EmitOp) -> None:
+        """An op type given per match (`k: op` passed an expression): a string; when the expression can only
+        be some literals (`"qnn.A" if c else "qnn.B"`, `["qnn.A", "qnn.B"][i]`), each is checked as the op."""
+        ctx = self.ctx
+        self.typer.expect(item.op_expr, "str", "an op type")
+        for a in item.args:
+            self._arg(a)
+        options = literal_strings(item.op_expr)
+        for op in options or ():
+            sig = ctx.resolve(op, item.op_expr.span or item.span)
+            if sig is not None:
+                ctx.check_args(sig, item.args, item.span)
+                ctx.check_params(sig, item.params, self.typer, item.span)
+                ctx.check_results(sig, item.binders, item.binders.span)
+                self.emitted.setdefault(sig.target, sig.name)
+        if not options:
+            for p in item.params:
+                self.typer.infer(p.expr)
+        ctx.check_props(item.props, self.typer)
 
     def _optional_names(self) -> set[str]:
         return set(ast.optional_captures(self.rule))
@@ -195,3 +256,22 @@ class RuleChecker(PatternChecker):
                                       notes=[Note("first emitted here", b.span)]))
             else:
                 self._define(name, "emit", "list[value]" if binders.rest else "value", span)
+
+
+def literal_strings(e: ast.Expr | None) -> list[str] | None:
+    """The strings an expression can only be (literals, picked by `if`/`else` or indexing a list of
+    them), or None when it can be anything."""
+    if isinstance(e, ast.Literal):
+        return [e.value] if isinstance(e.value, str) else None
+    if isinstance(e, ast.Conditional):
+        a, b = literal_strings(e.then), literal_strings(e.otherwise)
+        return None if a is None or b is None else a + b
+    if isinstance(e, ast.Index) and isinstance(e.target, ast.ListExpr):
+        out: list[str] = []
+        for i in e.target.items:
+            got = literal_strings(i)
+            if got is None:
+                return None
+            out.extend(got)
+        return out
+    return None

@@ -12,7 +12,8 @@ from qlower.lang.checker_types import ExprTyper, join
 PATTERN_KINDS = frozenset({"capture", "rest", "dim", "attr", "nested"})
 DESCRIBE = {"capture": "a value capture", "rest": "a rest capture", "dim": "a dim capture",
             "attr": "an attribute capture", "nested": "a value capture", "let": "a `let`",
-            "emit": "an emitted value", "result": "a result of the root"}
+            "emit": "an emitted value", "result": "a result of the root",
+            "branch": "a value bound in only one branch of an `if`"}
 
 
 @attrs.define
@@ -73,7 +74,7 @@ def binding_spans(rule: ast.Rule) -> dict[str, tuple[Span | None, str | None]]:
         elif isinstance(s, ast.Let):
             out.setdefault(s.name, (s.span, "let"))
         elif isinstance(s, ast.Emit):
-            for item in s.items:
+            for item in ast.flat_items(s.items):
                 if isinstance(item, ast.EmitLet):
                     out.setdefault(item.name, (item.span, "let"))
                     continue
@@ -95,12 +96,18 @@ class RuleScope:
         self._bound_later = binding_spans(rule)
         self._used_early: set[str] = set()  # used before being bound: reported once, not again as unused
         self.typer = ExprTyper(ctx.functions, ctx.report, self._lookup, lambda: list(self.scope), self._later)
+        self.typer.defines = ctx.defines
         self.name_span = ctx.locate.find(rule.span, rule.name, after="rule")
 
     def _lookup(self, name: str, span: Span | None) -> str | None:
         b = self.scope.get(name)
         if b is None:
             return None
+        if b.kind == "branch":
+            self.ctx.report(error(f"`{name}` is bound in only one branch of the `if` above, so it may be unbound "
+                                  "here", span=span, code="branch-name", notes=[Note("bound here", b.span)],
+                                  hint=f"bind `{name}` in both branches (an `else` block), or use it inside the branch"))
+            b.kind = "emit"  # said once
         b.used = True
         return b.type
 

@@ -142,6 +142,7 @@ class Context:
     locate: Locator
     decls: dict[str, ast.OpDecl] = attrs.field(factory=dict)
     rules: dict[str, ast.Rule] = attrs.field(factory=dict)
+    defines: dict[str, int] = attrs.field(factory=dict)  # every `def` by name → its parameter count
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
     _sigs: dict[str, OpSig | None] = attrs.field(factory=dict)
     _target_names: list[str] | None = None

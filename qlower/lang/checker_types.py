@@ -131,6 +131,7 @@ class ExprTyper:
         self.lookup = lookup
         self.candidates = candidates
         self.later = later
+        self.defines: dict[str, int] = {}  # def name → its parameter count (a call left unexpanded is wrong)
 
     def expect(self, expr: ast.Expr, expected: str, what: str) -> str:
         """Infer `expr` and report when it is not `expected`; `what` names the slot."""
@@ -180,6 +181,15 @@ class ExprTyper:
     def _Call(self, e: ast.Call) -> str:
         fn = self.functions.get(e.func)
         args = [self.infer(a) for a in e.args]
+        if fn is None and e.func in self.defines:
+            n = self.defines[e.func]
+            if n != len(args):
+                self.report(error(f"`{e.func}` (a def) takes {n} argument{'s' if n != 1 else ''}, got {len(args)}",
+                                  span=e.span, code="call-arity"))
+            else:
+                self.report(error(f"`{e.func}` (a def) calls itself, directly or through others",
+                                  span=e.span, code="def-recursive"))
+            return ANY
         if fn is None:
             self.report(error(f"unknown function `{e.func}`", span=e.span,
                               hint=suggest(e.func, self.functions.names()), code="unknown-function"))

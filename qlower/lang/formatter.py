@@ -33,6 +33,8 @@ def _children(node) -> Sequence | None:
         return node.body
     if isinstance(node, ast.Emit):
         return node.items
+    if isinstance(node, ast.EmitIf):
+        return (*node.then, *node.otherwise)
     if isinstance(node, ast.TestGraph):
         return node.nodes
     return None
@@ -160,12 +162,15 @@ class _Printer:
         if isinstance(item, ast.ComputeDecl):
             return [f"compute {', '.join(item.sources)} as {item.target}" + (" wrapping" if item.wrapping else "")
                     + (f" for {', '.join(item.ops)}" if item.ops else "") + backends_text(item.backends)]
+        if isinstance(item, ast.Define):
+            return [f"def {item.name}({', '.join(item.params)}) = {format_expr(item.expr)}"]
         saved, self.lines = self.lines, []
         try:
             if isinstance(item, ast.Fragment):
-                params = ", ".join(p.name + ("..." if p.rest else "") for p in item.params)
+                params = ", ".join(p.name + (": op" if p.op else "...") if p.op or p.rest else p.name
+                                   for p in item.params)
                 head = f"fragment {item.name}({params}) -> {', '.join(item.results)}"
-                self.body(0, head, item, lambda d, it, cs: self.node_lines(d, item_lines(INDENT * d, "", it), it, cs))
+                self.body(0, head, item, self.emit_entry)
             elif isinstance(item, ast.Rule):
                 meta = (f" benefit {item.benefit}" if item.benefit is not None else "") + backends_text(item.backends)
                 meta += f" overrides {item.overrides}" if item.overrides else ""
@@ -217,14 +222,44 @@ class _Printer:
 
     def block(self, depth: int, keyword: str, node, items: Sequence, block: bool,
               comments: Sequence[ast.Comment]) -> None:
-        """`emit`/`graph`: one item on one line unless marked as a block or too long."""
-        if len(items) == 1 and not block:
+        """`emit`/`graph`: one item on one line unless marked as a block or too long (an `if` never is)."""
+        if len(items) == 1 and not block and not isinstance(items[0], ast.EmitIf):
             lines = item_lines(INDENT * depth, keyword + " ", items[0])
             if len(lines) == 1:
                 return self.node_lines(depth, lines, node, [*comments, *self.comments.inside(node)])
         self.notes(depth, comments)
-        self.body(depth, keyword, node,
-                  lambda d, it, cs: self.node_lines(d, item_lines(INDENT * d, "", it), it, cs))
+        self.body(depth, keyword, node, self.emit_entry)
+
+    def emit_entry(self, depth: int, item, comments: Sequence[ast.Comment]) -> None:
+        if isinstance(item, ast.EmitIf):
+            self.notes(depth, comments)
+            self.emit_if(depth, "if", item)
+        else:
+            self.node_lines(depth, item_lines(INDENT * depth, "", item), item, comments)
+
+    def emit_if(self, depth: int, keyword: str, item: ast.EmitIf) -> None:
+        """`if COND {` ... `} else {` ... `}`; an else holding just another `if` prints as `} else if`."""
+        cond = format_expr(item.cond)
+        if isinstance(item.cond, ast.Conditional):  # `if (a if c else b) {`: the bracket keeps `if` an emit `if`
+            cond = f"({cond})"
+        self.put(depth, f"{keyword} {cond} {{")
+        for kid in item.then:
+            self.emit_entry(depth + 1, kid, self.comments.before.get(id(kid), []))
+        rest = item.otherwise
+        tail = self.comments.end.get(id(item), [])
+        if len(rest) == 1 and isinstance(rest[0], ast.EmitIf) and not self.comments.before.get(id(rest[0])):
+            self.lines.append(INDENT * depth + "}")
+            start = len(self.lines)
+            self.emit_if(depth, "} else if", rest[0])
+            del self.lines[start - 1]  # the `}` joins the `else if` line
+            self.notes(depth + 1, tail)
+            return
+        if rest:
+            self.put(depth, "} else {")
+            for kid in rest:
+                self.emit_entry(depth + 1, kid, self.comments.before.get(id(kid), []))
+        self.notes(depth + 1, tail)
+        self.put(depth, "}")
 
 
 def format_module(module: ast.Module) -> str:

@@ -265,7 +265,8 @@ def item_lines(indent: str, prefix: str, item) -> list[str]:
     if isinstance(item, ast.EmitTensor):
         return [indent + head + f"tensor({format_expr(item.expr)})" + props_text(item.props)]
     if isinstance(item, ast.FragmentCall):
-        return [indent + head + f"{item.name}({', '.join(_arg(a) for a in item.args)})"]
+        return _op_lines(indent, head + f"{item.name}({', '.join(_arg(a) for a in item.args)})", item.params,
+                         item.props)
     args = ", ".join(_arg(a) for a in item.args)
     fold = "fold " if getattr(item, "fold", False) else ""
     return _op_lines(indent, head + f"{fold}{item.op}({args})", item.params, item.props)

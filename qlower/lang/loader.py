@@ -20,6 +20,7 @@ from qlower.lang import ast
 from qlower.lang.checker import check
 from qlower.lang.checker_types import suggest
 from qlower.lang.checker_sigs import Locator
+from qlower.lang.fragments import file_scope, pack_scopes, with_inlined_rules
 from qlower.lang.names import qualify, resolve_rule
 from qlower.lang.parser import parse
 from qlower.lang.registry import TargetRegistry, default_registry
@@ -225,6 +226,7 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
                  overlay=overlay or {}, parse_cache=parse_cache)
     for p in paths:
         load.path(Path(p), direct=True)
+    load.modules = _inline_pack_scopes(load.modules)
     if registry is None:
         try:
             registry = default_registry()
@@ -241,6 +243,18 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
     # shadows) are the pack's business, not the caller's; errors there still block loading.
     load.diagnostics.extend(d for d in found if d.is_error or d.span is None or d.span.file in load.direct)
     return load
+
+
+def _inline_pack_scopes(modules: list[ast.Module]) -> list[ast.Module]:
+    """Each module's rules inlined again with what its pack makes visible (fragments and defs of the
+    pack's other files, other packs' fragments qualified); the parser inlined only the file's own."""
+    scopes = pack_scopes(modules, {d.op for m in modules for d in m.ops})
+    out = []
+    for m in modules:
+        scope, own = scopes[id(m)], file_scope(m)
+        same = scope.fragments.keys() == own.fragments.keys() and scope.defines.keys() == own.defines.keys()
+        out.append(m if same else with_inlined_rules(m, scope))
+    return out
 
 
 def check_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,

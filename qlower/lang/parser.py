@@ -117,7 +117,8 @@ def _attach_docs(module: ast.Module) -> ast.Module:
     items = []
     for item in module.items:
         span = getattr(item, "span", None)
-        if isinstance(item, (ast.OpDecl, ast.ComputeDecl, ast.Rule, ast.MapDecl, ast.Fragment, ast.Test)) and span is not None:
+        if isinstance(item, (ast.OpDecl, ast.ComputeDecl, ast.Rule, ast.MapDecl, ast.Fragment, ast.Define, ast.Test)) \
+                and span is not None:
             lines = []
             ln = span.line - 1
             while ln in by_line and by_line[ln].own_line:

@@ -182,6 +182,9 @@ class Workspace:
             elif isinstance(item, ast.Fragment):
                 out.append(Symbol(item.name, "fragment", item.span,
                                   locate.find(item.span, item.name, after="fragment"), ", ".join(item.results)))
+            elif isinstance(item, ast.Define):
+                out.append(Symbol(item.name, "def", item.span, locate.find(item.span, item.name, after="def"),
+                                  ", ".join(item.params)))
             elif isinstance(item, ast.Test):
                 out.append(Symbol(item.name, "test", item.span, locate.find(item.span, item.name, after="test"),
                                   f"for {item.rule_name}"))
@@ -206,6 +209,10 @@ class Workspace:
         decl = _decls(mods).get(word)
         if decl is not None:
             return f"```qpat\n{_source(doc, decl.span)}\n```" + (f"\n\n{decl.doc}" if decl.doc else ""), span
+        shared = _shared(mods, doc).get(word)
+        if shared is not None:  # a fragment or def of this file, its pack, or (qualified) another pack
+            head = f"{'fragment' if isinstance(shared, ast.Fragment) else 'def'} `{word}` at {shared.span}"
+            return head + (f"\n\n{shared.doc}" if shared.doc else ""), span
         fn = self.functions.get(word)
         if fn is not None and _followed_by_paren(doc.text, line, span.end_column - 1):
             sig = f"{fn.name}({', '.join(fn.params)}) -> {fn.returns}"
@@ -247,6 +254,10 @@ class Workspace:
         decl = _decls(mods).get(word)
         if decl is not None and decl.span is not None:
             return [_loc(locate.find(decl.span, decl.op, after="op"))]
+        shared = _shared(mods, doc).get(word)
+        if shared is not None and shared.span is not None:
+            keyword = "fragment" if isinstance(shared, ast.Fragment) else "def"
+            return [_loc(locate.find(shared.span, shared.name, after=keyword))]
         rules = _rules(mods)
         if word in rules:
             r = rules[word]
@@ -436,6 +447,18 @@ def _decls(mods: Iterable[ast.Module]) -> dict[str, ast.OpDecl]:
     return out
 
 
+def _shared(mods: Iterable[ast.Module], doc: DocState) -> dict[str, ast.Fragment | ast.Define]:
+    """Fragments and defs the document can call: its own, its pack's, other packs' as `pack.name`."""
+    from qlower.lang.fragments import pack_scopes  # noqa: PLC0415
+
+    mods = tuple(mods)
+    me = next((m for m in mods if Path(m.file).resolve() == doc.path.resolve()), None)
+    if me is None:
+        return {}
+    scope = pack_scopes(mods).get(id(me))
+    return {} if scope is None else {**scope.defines, **scope.fragments}
+
+
 def _rules(mods: Iterable[ast.Module]) -> dict[str, ast.Rule]:
     out: dict[str, ast.Rule] = {}
     for m in mods:
@@ -483,7 +506,7 @@ def _op_uses(module: ast.Module, op: str) -> Iterator[Span]:
             if isinstance(s, ast.Match):
                 yield from pattern(s.pattern)
             elif isinstance(s, ast.Emit):
-                for item in s.items:
+                for item in ast.flat_items(s.items):
                     if isinstance(item, ast.EmitOp) and item.op == op and item.span is not None:
                         yield item.span
     for t in module.tests:

@@ -27,7 +27,7 @@ _COMPLETION_KIND = {"op": lsp.CompletionItemKind.Class, "param": lsp.CompletionI
                     "rule": lsp.CompletionItemKind.Reference, "module": lsp.CompletionItemKind.Module}
 _SYMBOL_KIND = {"rule": lsp.SymbolKind.Function, "test": lsp.SymbolKind.Method, "op": lsp.SymbolKind.Class,
                 "import": lsp.SymbolKind.Module, "map": lsp.SymbolKind.Function,
-                "fragment": lsp.SymbolKind.Function}
+                "fragment": lsp.SymbolKind.Function, "def": lsp.SymbolKind.Function}
 
 
 def to_range(span: Span) -> lsp.Range:

@@ -91,7 +91,7 @@ def bound_names(rule: ast.Rule) -> set[str]:
         elif isinstance(s, ast.Let):
             names.add(s.name)
         elif isinstance(s, ast.Emit):
-            for item in s.items:
+            for item in ast.flat_items(s.items):
                 if isinstance(item, ast.EmitLet):
                     names.add(item.name)
                 else:
@@ -234,7 +234,8 @@ def rule_kind(rule: ast.Rule, target: str = "qnn") -> str:
     roots = rule.matches[0].pattern.op_types if rule.matches else ()
     if roots and all(t.startswith(prefix) for t in roots):
         return "cleanup"
-    emitted = [i for i in rule.emits if isinstance(i, ast.EmitOp)]
+    # an op type known per match (`k: op` given an expression) must be a target op in a lowering rule
+    emitted = [i for i in rule.emits if isinstance(i, ast.EmitOp) and i.op_expr is None]
     return "lowering" if all(i.op.startswith(prefix) for i in emitted) else "source"
 
 

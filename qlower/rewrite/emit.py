@@ -121,30 +121,10 @@ class EmitProgram:
         root = rule.rule.matches[0]
         self.root_results = tuple(n for n in root.binders.names if n != "_")
         self.root_rest = root.binders.rest
-        self.items = []
         # `b?` captures: an absent one passes as an absent operand (or gets its `b ?= ...` default)
         self.optional = frozenset(ast.optional_captures(rule.rule))
-        for item in rule.rule.emits:
-            props = {p.kind: (compile_expr(p.expr, bound, functions), p.span) for p in getattr(item, "props", ())}
-            if isinstance(item, ast.EmitOp):
-                params = []
-                for p in item.params:
-                    pdef = None
-                    if item.op.startswith(self.prefix) and registry is not None:
-                        pdef = registry.param(item.op[cut:], p.name)
-                        if pdef is None:
-                            raise ValueError(f"unknown param {p.name} for {item.op}")
-                    params.append((p.name, compile_expr(p.expr, bound, functions), pdef, p.span))
-                args = []
-                for a in item.args:
-                    args.append((a.kind, a.name, compile_expr(a.expr, bound, functions) if a.expr else None, a.span))
-                self.items.append(("op", item, args, params, props))
-            elif isinstance(item, ast.EmitAlias):
-                self.items.append(("alias", item, None, None, props))
-            elif isinstance(item, ast.EmitLet):
-                self.items.append(("let", item, compile_expr(item.expr, bound, functions), None, props))
-            else:
-                self.items.append(("tensor", item, compile_expr(item.expr, bound, functions), None, props))
+        self.items = self._compile_items(
+            [i for s in rule.rule.body if isinstance(s, ast.Emit) for i in s.items], bound, functions)
 
         self._support: dict[tuple[str, str], bool] = {}
         self._coerced: dict[tuple[str, Any], Any] = {}  # (param, scalar value) → QNN value
@@ -153,13 +133,46 @@ class EmitProgram:
         self._results_in_order = self._simple is not None and self.root_results == tuple(
             n for n in rule.rule.matches[0].binders.names)
 
+    def _compile_items(self, items, bound: set[str], functions: FunctionTable) -> list:
+        registry, cut = self.registry, len(self.prefix)
+        out = []
+        for item in items:
+            props = {p.kind: (compile_expr(p.expr, bound, functions), p.span) for p in getattr(item, "props", ())}
+            if isinstance(item, ast.EmitIf):
+                branches = (self._compile_items(item.then, bound, functions),
+                            self._compile_items(item.otherwise, bound, functions))
+                out.append(("if", item, compile_expr(item.cond, bound, functions), branches, props))
+            elif isinstance(item, ast.EmitOp):
+                params = []
+                for p in item.params:
+                    pdef = None
+                    if item.op_expr is None and item.op.startswith(self.prefix) and registry is not None:
+                        pdef = registry.param(item.op[cut:], p.name)
+                        if pdef is None:
+                            raise ValueError(f"unknown param {p.name} for {item.op}")
+                    params.append((p.name, compile_expr(p.expr, bound, functions), pdef, p.span))
+                args = []
+                for a in item.args:
+                    args.append((a.kind, a.name, compile_expr(a.expr, bound, functions) if a.expr else None, a.span))
+                dynamic = compile_expr(item.op_expr, bound, functions) if item.op_expr is not None else None
+                out.append(("op", item, args, params, props) if dynamic is None
+                           else ("dynop", item, args, (params, dynamic), props))
+            elif isinstance(item, ast.EmitAlias):
+                out.append(("alias", item, None, None, props))
+            elif isinstance(item, ast.EmitLet):
+                out.append(("let", item, compile_expr(item.expr, bound, functions), None, props))
+            else:
+                out.append(("tensor", item, compile_expr(item.expr, bound, functions), None, props))
+        return out
+
     def _simple_form(self):
         """One op over plain captures producing exactly the root's results, no props: the
         common 1:1 lowering, planned without the general machinery."""
         if len(self.items) != 1 or self.items[0][0] != "op" or self.root_rest:
             return None
         _, item, args, params, props = self.items[0]
-        if props or item.fold or item.binders.rest or tuple(item.binders.names) != self.root_results:
+        if props or item.fold or item.binders.rest or tuple(item.binders.names) != self.root_results \
+                or item.op_expr is not None:
             return None
         if any(kind != "value" for kind, *_ in args):
             return None
@@ -183,14 +196,31 @@ class EmitProgram:
         if self.root_rest:
             rebound = {id(v) for v in env[self.root_results[0]]}
         produced: set[int] = set()
-        for kind, item, a, b, props in self.items:
-            if kind != "let" and item.default and env.get(item.binders.names[0]) is not None:
+        self._run(self.items, plan, env, backend, rebound, produced)
+        for r in root.results:
+            if id(r) not in produced and (r.users or r.is_output):
+                raise EmitFailure(f"result {r.name} is still used but the rule does not produce it",
+                                  self.rule.rule.span)
+        return plan
+
+    def _run(self, items, plan: Plan, env: Env, backend, rebound: set[int], produced: set[int]) -> None:
+        for kind, item, a, b, props in items:
+            if kind not in ("let", "if") and item.default and env.get(item.binders.names[0]) is not None:
                 continue  # `b ?= ...` when b is present
             try:
                 if kind == "op" and item.fold:
                     self._plan_fold(plan, env, item, a, b, props, backend, rebound, produced)
                 elif kind == "op":
                     self._plan_op(plan, env, item, a, b, props, backend, rebound, produced)
+                elif kind == "dynop":
+                    params, op_fn = b
+                    item, params = self._resolve_op(item, op_fn(env), params)
+                    self._plan_op(plan, env, item, a, params, props, backend, rebound, produced)
+                elif kind == "if":
+                    ok = a(env)
+                    if ok is not True and ok is not False:
+                        raise EmitFailure(f"`if` needs true or false, got {ok!r}", item.cond.span or item.span)
+                    self._run(b[0] if ok else b[1], plan, env, backend, rebound, produced)
                 elif kind == "alias":
                     self._plan_alias(plan, env, item, rebound, produced)
                 elif kind == "let":
@@ -199,11 +229,28 @@ class EmitProgram:
                     self._plan_tensor(plan, env, item, a, props)
             except EvalError as exc:
                 raise EmitFailure(str(exc), item.span) from None
-        for r in root.results:
-            if id(r) not in produced and (r.users or r.is_output):
-                raise EmitFailure(f"result {r.name} is still used but the rule does not produce it",
-                                  self.rule.rule.span)
-        return plan
+
+    def _resolve_op(self, item: ast.EmitOp, op: Any, params: list) -> tuple[ast.EmitOp, list]:
+        """An op type known per match: a target op the registry has (a lowering rule emits no source
+        op this way), its params checked against it; memoised per op type."""
+        key = ("op", op)
+        got = self._coerced.get(key)
+        if got is None:
+            span = item.op_expr.span or item.span
+            if not isinstance(op, str) or not op.startswith(self.prefix):
+                raise EmitFailure(f"the op type `{item.op}` is {op!r} here, not a {self.prefix[:-1]}.* op", span)
+            name = op[len(self.prefix):]
+            if self.registry is not None and self.registry.op(name) is None:
+                raise EmitFailure(f"the op type `{item.op}` is {op}, which the target registry does not know",
+                                  span)
+            out = []
+            for pname, fn, _pdef, pspan in params:
+                pdef = self.registry.param(name, pname) if self.registry is not None else None
+                if pdef is None and self.registry is not None:
+                    raise EmitFailure(f"{op} has no param `{pname}`", pspan or span)
+                out.append((pname, fn, pdef, pspan))
+            got = self._coerced[key] = (attrs.evolve(item, op=op, op_expr=None), out)
+        return got
 
     def _plan_simple(self, env: Env, root: Op, backend: str | None) -> Plan:
         item, names, params = self._simple

@@ -18,7 +18,7 @@ from qlower.lang import ast
 # Words that are keywords somewhere in the grammar; generated names avoid all of
 # them (keywords *are* usable as names where unambiguous: tests cover that by hand).
 KEYWORDS = frozenset("""
-map tested fold fragment
+map tested fold fragment def
     import op rule test match require let emit fail benefit backends commutative shared const overrides
     true false none shape dtype encoding atol rtol steps for input graph expect ops close error
     tensor if else and or not in _
@@ -120,14 +120,20 @@ emit_args = st.one_of(
     st.just(ast.Arg("none")),
     exprs.map(lambda e: ast.Arg("tensor", expr=e)),
 )
-emit_items = st.one_of(
+_call_args = st.one_of(names.map(lambda n: ast.Arg("rest", n)), exprs.map(lambda e: ast.Arg("expr", expr=e)),
+                       qnames.map(lambda q: ast.Arg("op", q)))
+_emit_leaves = st.one_of(
     st.builds(ast.EmitOp, binders, qnames, _tuples(emit_args), params, props, st.booleans(), st.booleans()),
     st.builds(ast.EmitAlias, binders, names, st.booleans()),
     st.builds(ast.EmitTensor, binders, exprs, props, st.booleans()),
     st.builds(ast.EmitLet, names, exprs),
-    st.builds(ast.FragmentCall, binders, names,
-              _tuples(names.map(lambda n: ast.Arg("rest", n)) | exprs.map(lambda e: ast.Arg("expr", expr=e)))),
+    st.builds(lambda b, n, a, p, q: ast.FragmentCall(b, n, a, params=p, props=q), binders, names,
+              _tuples(_call_args), params, props),
 )
+# `if COND { ... } else { ... }`, nested; a condition holding a conditional expression is bracketed by the formatter
+_if = st.builds(ast.EmitIf, exprs, _tuples(_emit_leaves, max_size=2), _tuples(_emit_leaves, max_size=1))
+emit_items = st.one_of(_emit_leaves, _if, st.builds(ast.EmitIf, exprs, _tuples(_emit_leaves, max_size=1),
+                                                    st.tuples(_if)))  # `} else if ... {`
 stmts = st.one_of(
     st.builds(ast.Match, binders, op_patterns),
     st.builds(ast.Require, exprs),
@@ -179,10 +185,13 @@ map_decls = st.builds(ast.MapDecl, st.none() | names, op_patterns, qnames, _tupl
                       st.none() | st.lists(names, min_size=1, max_size=3).map(".".join),
                       st.none() | tensor_types, st.none() | docs)
 
-fragments = st.builds(ast.Fragment, names, _tuples(st.builds(ast.FragmentParam, names, st.booleans())),
+_frag_params = st.one_of(st.builds(ast.FragmentParam, names, st.booleans()),
+                         names.map(lambda n: ast.FragmentParam(n, op=True)))
+fragments = st.builds(ast.Fragment, names, _tuples(_frag_params),
                       _tuples(names, 1, 3), _tuples(emit_items, max_size=3), st.none() | docs)
+defines = st.builds(ast.Define, names, _tuples(names, max_size=3), exprs, st.none() | docs)
 
-items = st.one_of(imports, op_decls, rules, map_decls, fragments, tests)
+items = st.one_of(imports, op_decls, rules, map_decls, fragments, defines, tests)
 modules = st.builds(ast.Module, st.just("<generated>"), _tuples(items, max_size=4))
 
 

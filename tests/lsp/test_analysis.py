@@ -92,3 +92,23 @@ def test_symbols_list_maps_and_fragments(workspace, tmp_path):
     path = _open(workspace, tmp_path / "m.qpat", text)
     got = [(s.name, s.kind, s.detail) for s in workspace.symbols(path)]
     assert ("neg", "map", "mllm.Neg -> qnn.ElementWiseNeg") in got and ("nhwc", "fragment", "xt") in got
+
+
+def test_fragments_and_defs_go_to_their_definition_and_hover(workspace, tmp_path):
+    text = ("import mllm.ops\n\n# the sandwich's first half\nfragment to_nhwc(x) -> xt {\n"
+            "  xt = qnn.Transpose(x) { perm: [0, 2, 3, 1] }\n}\n\ndef image(x) = rank(x) == 4\n\n"
+            "rule r {\n  match y = mllm.ReLU(x)\n  require image(x)\n  emit {\n    xt = to_nhwc(x)\n"
+            "    if rank(x) == 4 {\n      y = qnn.Transpose(xt) { perm: [0, 3, 1, 2] }\n    } else {\n"
+            "      y = qnn.Relu(x)\n    }\n  }\n}\n")
+    path = _open(workspace, tmp_path / "f.qpat", text)
+    assert [d for d in workspace.check(path) if d.is_error] == []
+    lines = text.splitlines()
+    call = lines[13].index("to_nhwc") + 1
+    (loc,) = workspace.definition(path, 13, call)
+    assert (loc.span.line, loc.span.column) == (4, 10)
+    hover, _ = workspace.hover(path, 13, call)
+    assert hover.startswith("fragment `to_nhwc`") and "the sandwich's first half" in hover
+    (loc,) = workspace.definition(path, 11, lines[11].index("image") + 1)
+    assert (loc.span.line, loc.span.column) == (8, 5)
+    kinds = {s.name: s.kind for s in workspace.symbols(path)}
+    assert kinds["to_nhwc"] == "fragment" and kinds["image"] == "def"
