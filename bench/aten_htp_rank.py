@@ -4,7 +4,9 @@
 
 Each op is a one-line torch module on a random input of the given rank, exported with torch.export
 (and again after run_decompositions()), lowered for HTP and validated against HTP's op definitions.
-Prints the ops that do not lower or validate, with the first reason. Not part of the test run.
+Prints the ops that do not lower or validate, with the first reason; with --verify each lowered graph
+is also run with the reference kernels and compared with the source semantics (`lower(verify=True)`).
+Not part of the test run.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rank", type=int, default=5)
     ap.add_argument("--ops", default="")
+    ap.add_argument("--verify", action="store_true", help="also compare the numbers with the source semantics")
     args = ap.parse_args(argv)
     import torch
 
@@ -65,14 +68,17 @@ def main(argv: list[str] | None = None) -> int:
                 ep = torch.export.export(M(cases[name]), (x,), strict=False)
                 if core:
                     ep = ep.run_decompositions()
-                result = qlower.lower(load_exported(ep), rules, backend="htp")
+                result = qlower.lower(load_exported(ep), rules, backend="htp", verify=args.verify)
                 reason = "" if result.ok else next(str(d).splitlines()[0] for d in result.diagnostics if d.is_error)
+                if not reason and result.verification is not None and not result.verification.passed:
+                    reason = "verification failed: " + result.verification.summary().splitlines()[0]
             except Exception as exc:  # noqa: BLE001 - the audit reports every failure
                 reason = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             if reason:
                 bad += 1
                 print(f"{name:12s} {'export-core' if core else 'export':12s} {reason[:200]}")
-    print(f"{bad} of {2 * len(chosen)} (op, export path) pairs do not lower and validate on HTP at rank {args.rank}")
+    what = "lower, validate and verify" if args.verify else "lower and validate"
+    print(f"{bad} of {2 * len(chosen)} (op, export path) pairs do not {what} on HTP at rank {args.rank}")
     return 0
 
 

@@ -144,6 +144,12 @@ class QnnOps:
         entry = self.entries.get(name)
         return entry if entry is not None else self.entries.get(shapes.canonical_name(name))
 
+    def op(self, name: str) -> OpDef | None:
+        """The op definition of an op type, None when no definition names it (as `OpDefRegistry.op`,
+        so code written against either finds ops the same way)."""
+        entry = self.get(name)
+        return entry.definition if entry is not None else None
+
     def names(self) -> tuple[str, ...]:
         return tuple(self.entries)
 
