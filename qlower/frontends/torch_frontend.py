@@ -104,13 +104,25 @@ def _fold_empty(graph: Graph) -> None:
                 graph.add_op(name, op.type, keep, results, attrs_)
 
 
+_UNINITIALIZED = frozenset({"empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like"})
+
+
 def _fold_sources(graph: Graph, kernels: Mapping[str, Any]) -> None:
     """Evaluate ops without operands (arange, full, scalar_tensor...) into constants; fold_constants skips them."""
     for op in graph.topo_order():
         if any(v is not None for v in op.operands):
             continue
-        kernel = kernels.get(op.type.partition(".")[2])
+        name = op.type.partition(".")[2]
+        kernel = kernels.get(name)
         if kernel is None:
+            continue
+        if name in _UNINITIALIZED and all(r.shape is not None for r in op.results):
+            # torch.empty's contents are whatever memory held: zeros, so that lowering (and the
+            # artifacts) do not change from run to run; a program that reads them is undefined anyway
+            results = list(op.results)
+            graph.detach_op(op)
+            for r in results:
+                r.data = np.zeros(r.shape, dtype=r.dtype)
             continue
         try:
             values = kernel([], op.attrs, [OutSpec(r.shape, r.dtype, None) for r in op.results])
