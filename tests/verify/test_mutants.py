@@ -24,8 +24,8 @@ MUTANTS = {
     y = qnn.Reshape(u)"""),
     # transpose flags dropped
     "matmul_drops_transpose": ("matmul.qpat", "matmul_transposed",
-                               "  y = qnn.MatMul(a, b) { transpose_in0: ta, transpose_in1: tb }",
-                               "  y = qnn.MatMul(a, b) { transpose_in0: false, transpose_in1: tb }"),
+                               "emit y = qnn.MatMul(a, b) { transpose_in0: ta, transpose_in1: tb }",
+                               "emit y = qnn.MatMul(a, b) { transpose_in0: false, transpose_in1: tb }"),
     # SiLU lowered to the wrong op
     "silu_wrong_op": ("elementwise.qpat", "silu",
                       "    s = qnn.Sigmoid(x) : encoding quant_range(0.0, 1.0)\n    y = qnn.ElementWiseMultiply(x, s)",
