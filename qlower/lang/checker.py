@@ -310,6 +310,17 @@ def _check_cleanup(ctx: Context, rule: ast.Rule) -> None:
                                  code="cleanup-emits-source"))
 
 
+def _first_of(ctx: Context, seen: dict, item, kind: str, where: str, deep: bool) -> bool:
+    """Record `item` (a fragment or def) by name in `seen`; a second one of the name is an error
+    located at it, with a note at the first. True when `item` is to be checked (`deep`)."""
+    first = seen.setdefault(item.name, item)
+    if first is not item and deep:
+        ctx.report(error(f"{kind} `{item.name}` is defined twice in {where}",
+                         span=ctx.locate.find(item.span, item.name, after=kind), code=f"duplicate-{kind}",
+                         notes=[Note("first defined here", ctx.locate.find(first.span, first.name, after=kind))]))
+    return deep
+
+
 def _check_fragments(ctx: Context, modules: Sequence[ast.Module], focus: Collection[str] | None,
                      groups: Mapping[str, str] | None) -> None:
     """Fragments and defs at their definitions: one name per pack (a user's file is its own scope), every
@@ -325,22 +336,10 @@ def _check_fragments(ctx: Context, modules: Sequence[ast.Module], focus: Collect
         where = (f"pack `{m.namespace}`" if m.namespace else "this folder" if scope.startswith("folder:")
                  else "this file")
         for f in m.fragments:
-            first = frags.setdefault(scope, {}).setdefault(f.name, f)
-            if first is not f and deep:
-                ctx.report(error(f"fragment `{f.name}` is defined twice in {where}",
-                                 span=ctx.locate.find(f.span, f.name, after="fragment"), code="duplicate-fragment",
-                                 notes=[Note("first defined here", ctx.locate.find(first.span, first.name,
-                                                                                   after="fragment"))]))
-            if deep:
+            if _first_of(ctx, frags.setdefault(scope, {}), f, "fragment", where, deep):
                 _check_fragment(ctx, f, local_names(f))
         for d in m.defines:
-            first_d = defs.setdefault(scope, {}).setdefault(d.name, d)
-            if first_d is not d and deep:
-                ctx.report(error(f"def `{d.name}` is defined twice in {where}",
-                                 span=ctx.locate.find(d.span, d.name, after="def"), code="duplicate-def",
-                                 notes=[Note("first defined here", ctx.locate.find(first_d.span, first_d.name,
-                                                                                   after="def"))]))
-            if deep:
+            if _first_of(ctx, defs.setdefault(scope, {}), d, "def", where, deep):
                 _check_define(ctx, d)
 
 

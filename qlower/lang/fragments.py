@@ -246,13 +246,18 @@ def _expr(x, names: dict[str, str], exprs: dict[str, ast.Expr]):
         return attrs.evolve(x, id=names[x.id]) if x.id in names else x
     if isinstance(x, ast.Literal):
         return x
+    return _map_children(x, lambda c: _expr(c, names, exprs))
+
+
+def _map_children(x, fn):
+    """`x` (an attrs AST node) with `fn` applied to each child node, alone or in a tuple of nodes."""
     changes = {}
     for f in attrs.fields(type(x)):
         v = getattr(x, f.name)
         if attrs.has(type(v)):
-            changes[f.name] = _expr(v, names, exprs)
+            changes[f.name] = fn(v)
         elif isinstance(v, tuple) and v and attrs.has(type(v[0])):
-            changes[f.name] = tuple(_expr(i, names, exprs) for i in v)
+            changes[f.name] = tuple(fn(i) for i in v)
     return attrs.evolve(x, **changes) if changes else x
 
 
@@ -263,14 +268,7 @@ def expand_defs(x, defines: Mapping[str, ast.Define], depth: int = 0):
     """Expression `x` with every call of a def (right arity) replaced by its body."""
     if isinstance(x, (ast.Name, ast.Literal)) or x is None:
         return x
-    changes = {}
-    for f in attrs.fields(type(x)):
-        v = getattr(x, f.name)
-        if attrs.has(type(v)):
-            changes[f.name] = expand_defs(v, defines, depth)
-        elif isinstance(v, tuple) and v and attrs.has(type(v[0])):
-            changes[f.name] = tuple(expand_defs(i, defines, depth) for i in v)
-    y = attrs.evolve(x, **changes) if changes else x
+    y = _map_children(x, lambda c: expand_defs(c, defines, depth))
     if isinstance(y, ast.Call) and depth < _DEPTH:
         d = defines.get(y.func)
         if d is not None and len(d.params) == len(y.args):
