@@ -392,7 +392,12 @@ class Builder(Transformer):
         return ast.EmitTensor(binders, expr, props, span=s)
 
     def emit_default(self, meta, ch):
-        return attrs.evolve(self.emit_item(meta, ch), default=True)
+        item = self.emit_item(meta, ch)
+        if isinstance(item, ast.FragmentCall):
+            raise QlowerError(error("a default (`?=`) emits one op, alias or tensor; it cannot call a fragment",
+                                    span=item.span, code="default-fragment",
+                                    hint="bind the fragment's result with `=` in an `if` on the operand instead"))
+        return attrs.evolve(item, default=True)
 
     def emit_fold(self, meta, ch):
         kind, payload, where = ch[0]
