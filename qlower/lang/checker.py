@@ -87,6 +87,7 @@ CODES: dict[str, str] = {
     "fragment-scope": "a fragment using a value that is neither its parameter nor its own",
     "fragment-result": "a fragment that never binds one of its results",
     "duplicate-def": "two defs with one name in one pack (or one user file)",
+    "default-fragment": "a default (`?=`) that calls a fragment (a default emits one op, alias or tensor)",
     "def-scope": "a def whose body uses a name that is not its parameter",
     "def-shadows": "a def named like a built-in function",
     "def-recursive": "a def that calls itself",
