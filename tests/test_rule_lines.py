@@ -83,8 +83,8 @@ def test_alternatives_split_evenly_and_fragments_stand_apart():
     assert pack.total == 13
 
 
-def test_comparison_splits_base_and_new_op_types():
-    then = rule_lines.pack_lines([("t.qpat", RULE_COMMENTS[0] + '''
+# Two one-op rules of a demo dialect: the base pack of the comparison tests.
+MAX_MIN = '''
 rule max {
   match y = demo.Max(a, b)
   emit y = qnn.ElementWiseMaximum(a, b)
@@ -94,7 +94,11 @@ rule min {
   match y = demo.Min(a, b)
   emit y = qnn.ElementWiseMinimum(a, b)
 }
-''')])
+'''
+
+
+def test_comparison_splits_base_and_new_op_types():
+    then = rule_lines.pack_lines([("t.qpat", RULE_COMMENTS[0] + MAX_MIN)])
     now = rule_lines.pack_lines([("n.qpat", ALT[0] + FRAGMENT[0] + MAP_ONE[0])])
     c = rule_lines.Comparison(then, now)
     assert c.base_ops == ("demo.Max", "demo.Min", "demo.Neg")
@@ -136,17 +140,7 @@ def repo(tmp_path):
         pytest.skip("git is not installed (rule_lines.py --base reads revisions with git)")
     root = tmp_path / "patterns"
     (root / "demo").mkdir(parents=True)
-    (root / "demo" / "ops.qpat").write_text(RULE_COMMENTS[0] + '''
-rule max {
-  match y = demo.Max(a, b)
-  emit y = qnn.ElementWiseMaximum(a, b)
-}
-
-rule min {
-  match y = demo.Min(a, b)
-  emit y = qnn.ElementWiseMinimum(a, b)
-}
-''')
+    (root / "demo" / "ops.qpat").write_text(RULE_COMMENTS[0] + MAX_MIN)
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", ".")
     _git(tmp_path, "commit", "-q", "-m", "base")
