@@ -26,13 +26,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from qlower._files import StreamFile
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn import emit_bin, emit_cpp, emit_json
 from qlower.qnn.model import QnnGraph
 from qlower.qnn.reader import load
 
 __all__ = ["artifact_names", "load", "save"]
-_BUFFER = 1 << 20  # the writers hand over chunks of about this size or small tar headers
 PARALLEL_OPS = 20_000  # from this many ops `save` writes the .cpp in a child process (when it can fork)
 
 
@@ -43,7 +43,7 @@ def artifact_names(graph_name: str) -> tuple[str, str, str]:
 
 def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
          copyright_str: str = "", progress: Callable[[int, int], None] | None = None,
-         parallel: bool | None = None) -> list[Path]:
+         parallel: bool | None = None, direct: bool = True) -> list[Path]:
     """Write `<name>_net.json`, `<name>.cpp` and `<name>.bin` into `outdir`; return their paths.
 
     `converter_command` is recorded in the JSON and the `.cpp` header (pass the
@@ -51,7 +51,8 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
     identical input. Raises QlowerError if the graph cannot be written. `progress(done, total)`
     hears of the `.bin` data bytes as they are written. `parallel` writes the `.cpp` in a
     child process (default: from `PARALLEL_OPS` ops on, where `os.fork` exists and no other
-    thread runs).
+    thread runs). `direct` writes with O_DIRECT where the filesystem takes it (see
+    `qlower._files.StreamFile`); the bytes are the same either way.
     """
     if parallel is None:  # forking a process that runs other threads could copy a lock some thread holds
         parallel = len(graph.ops) >= PARALLEL_OPS and threading.active_count() == 1
@@ -59,14 +60,15 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
     enabled = gc.isenabled()
     gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
     try:
-        return _save(graph, Path(outdir), converter_command, copyright_str, progress, parallel)
+        return _save(graph, Path(outdir), converter_command, copyright_str, progress, parallel, direct)
     finally:
         if enabled:
             gc.enable()
 
 
 def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: str,
-          progress: Callable[[int, int], None] | None = None, parallel: bool = False) -> list[Path]:
+          progress: Callable[[int, int], None] | None = None, parallel: bool = False,
+          direct: bool = True) -> list[Path]:
     layout = emit_bin.plan(graph)
     tick = None
     if progress is not None:
@@ -90,13 +92,14 @@ def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: 
         raise QlowerError(error(f"cannot create output directory: {exc}", subject=str(outdir),
                                 code="output-dir")) from None
     temps: list[tuple[Path, Path]] = []
-    files: list[BinaryIO] = []
+    files: list[StreamFile] = []
     child: _Child | None = None
     try:
         for name, _ in writers:
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=outdir)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=outdir)  # a name no one else has
+            os.close(fd)
             temps.append((Path(tmp), outdir / name))
-            files.append(os.fdopen(fd, "wb", buffering=_BUFFER))
+            files.append(StreamFile.create(tmp, direct=direct))
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary files
         if parallel:
             try:
@@ -123,11 +126,10 @@ def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: 
     return [final for _, final in temps]
 
 
-def _write_file(write: Callable[[BinaryIO], None], f: BinaryIO) -> None:
+def _write_file(write: Callable[[BinaryIO], None], f: StreamFile) -> None:
     with f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
+        write(f)  # type: ignore[arg-type]  # (the writers only call `write`)
+        f.finish()
 
 
 class _Child:
@@ -189,7 +191,7 @@ def _pickled(exc: BaseException) -> bytes:
         return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
-def _discard(temps: list[tuple[Path, Path]], files: list[BinaryIO], child: _Child | None = None) -> None:
+def _discard(temps: list[tuple[Path, Path]], files: list[StreamFile], child: _Child | None = None) -> None:
     if child is not None:
         child.kill()
     for f in files:

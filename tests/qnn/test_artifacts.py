@@ -683,3 +683,11 @@ def test_no_process_to_spare_writes_in_the_caller(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(os, "fork", no_fork)
     got = artifacts.save(chain_graph(30), tmp_path / "b", parallel=True)
     assert [p.read_bytes() for p in got] == [p.read_bytes() for p in want]
+
+
+@pytest.mark.parametrize("parallel", [False, True] if hasattr(__import__("os"), "fork") else [False])
+def test_direct_and_buffered_writing_give_the_same_bytes(tmp_path: Path, parallel: bool) -> None:
+    direct = artifacts.save(chain_graph(300), tmp_path / "direct", parallel=parallel, direct=True)
+    buffered = artifacts.save(chain_graph(300), tmp_path / "buffered", parallel=parallel, direct=False)
+    for a, b in zip(direct, buffered):
+        assert a.read_bytes() == b.read_bytes(), a.name
