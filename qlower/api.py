@@ -124,6 +124,9 @@ class LowerResult:
     sources: SourceCache | None = None
     # set by `lower(..., verify=True)` or `verify`: a qlower.verify.compare.Verification
     verification: Any = None
+    # checks `qnn` against the backend's op definitions (set by `lower`; see `validate`)
+    validator: Callable[[QnnGraph], list[Diagnostic]] | None = attrs.field(default=None, repr=False)
+    validated: bool = False
 
     @property
     def ok(self) -> bool:
@@ -137,18 +140,43 @@ class LowerResult:
         if not self.ok:
             raise QlowerError(self.errors or [error("lowering produced no QNN graph")])
 
+    def validate(self) -> list[Diagnostic]:
+        """Check the QNN graph against the backend's op definitions, once (`lower(validate=False)`
+        leaves it to this, or to `save(validate=True)`); the findings join `diagnostics`."""
+        if self.validated or self.qnn is None:
+            return []
+        if self.validator is None:
+            raise QlowerError(error("this result cannot validate: it was not made by `lower`"))
+        t = time.perf_counter()
+        with _no_gc():
+            found = self.validator(self.qnn)
+        self.validated = True
+        self.diagnostics.extend(found)
+        self.timings["validate"] = self.timings.get("validate", 0.0) + time.perf_counter() - t
+        return found
+
     def save(self, outdir: str | Path, *, converter_command: str = "qlower", name: str | None = None,
-             progress: Callable[[int, int], None] | None = None) -> list[Path]:
+             progress: Callable[[int, int], None] | None = None, validate: bool = False) -> list[Path]:
         """Write `<name>_net.json`, `<name>.cpp`, `<name>.bin` (each complete or absent); `name`
-        defaults to the graph's. `progress(done, total)` hears of the `.bin` bytes written."""
+        defaults to the graph's. `progress(done, total)` hears of the `.bin` bytes written.
+
+        `validate` first runs `validate` (if `lower` did not), overlapped with writing: a big graph's
+        `.cpp` is written by a second process meanwhile. When validation finds errors, nothing is
+        written and [] is returned; the errors are in `diagnostics`."""
         from qlower.qnn.artifacts import save
 
         if self.qnn is None:
             raise QlowerError(error("nothing to save: the graph was not lowered"))
         qnn = self.qnn if name is None or name == self.qnn.name else attrs.evolve(self.qnn, name=name)
+        gate = None
+        if validate and not self.validated:
+            def gate() -> bool:
+                self.validate()
+                return self.ok
         t = time.perf_counter()
-        paths = save(qnn, Path(outdir), converter_command=converter_command, progress=progress)
-        self.timings["emit"] = time.perf_counter() - t
+        v0 = self.timings.get("validate", 0.0)
+        paths = save(qnn, Path(outdir), converter_command=converter_command, progress=progress, gate=gate)
+        self.timings["emit"] = time.perf_counter() - t - (self.timings.get("validate", 0.0) - v0)
         return paths
 
     def coverage_json(self) -> dict[str, Any]:
@@ -235,7 +263,12 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
             if qg is not None and validate:
                 diags.extend(validate_graph(qg, rules.registry, backend, ops=rules.ops))
         timings["validate"] = time.perf_counter() - t1
-    return LowerResult(graph, qg, backend, diags, outcome.coverage, timings, ops_in, rules.sources)
+
+    def validator(qnn: QnnGraph) -> list[Diagnostic]:
+        return validate_graph(qnn, rules.registry, backend, ops=rules.ops)
+
+    return LowerResult(graph, qg, backend, diags, outcome.coverage, timings, ops_in, rules.sources,
+                       validator=validator, validated=validate)
 
 
 def verify(source: Graph, result: LowerResult, rules: Rules, *, inputs: Mapping[str, Any] | None = None,

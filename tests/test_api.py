@@ -240,3 +240,47 @@ def test_mllm_pack_on_lpai_uses_its_own_rule():
     res = qlower.lower(g, _mllm(), "lpai")
     assert {o.provenance.rule for o in g.ops if o.provenance} == {"mllm.repeat_interleave_concat"}
     assert "Tile" not in res.qnn_op_counts()
+
+
+# ------------------------------------------------------- validation while saving
+
+@pytest.mark.parametrize("parallel_ops", [10**9, 1])  # written here / the .cpp by a child process
+def test_save_can_validate_while_writing(rules, tmp_path, monkeypatch, parallel_ops):
+    from qlower.qnn import artifacts
+
+    monkeypatch.setattr(artifacts, "PARALLEL_OPS", parallel_ops)
+    early = qlower.lower(tiny(), rules, "cpu")
+    late = qlower.lower(tiny(), rules, "cpu", validate=False)
+    assert late.ok and not late.validated
+    want = early.save(tmp_path / "early")
+    got = late.save(tmp_path / "late", validate=True)
+    assert late.validated and late.ok and late.diagnostics == early.diagnostics
+    assert [p.read_bytes() for p in got] == [p.read_bytes() for p in want]
+
+
+@pytest.mark.parametrize("parallel_ops", [10**9, 1])
+def test_a_graph_that_fails_validation_while_saving_writes_nothing(rules, tmp_path, monkeypatch, parallel_ops):
+    from qlower.qnn import artifacts
+
+    monkeypatch.setattr(artifacts, "PARALLEL_OPS", parallel_ops)
+    early = qlower.lower(tiny("int8"), rules, "cpu")  # INT_8 Neg: no CPU datatype combination allows it
+    assert not early.ok and {d.code for d in early.errors} == {"datatype"}
+    late = qlower.lower(tiny("int8"), rules, "cpu", validate=False)
+    assert late.ok
+    assert late.save(tmp_path / "out", validate=True) == []
+    assert not late.ok
+    assert [d.message for d in late.errors] == [d.message for d in early.errors]
+    assert list((tmp_path / "out").iterdir()) == []  # no artifact, no temporary
+    assert late.validate() == []  # once only
+
+
+def test_a_gate_that_fails_in_save_stops_the_child_and_leaves_nothing(tmp_path):
+    from qlower.qnn import artifacts
+
+    res = qlower.lower(repeat_graph(), _mllm(), "cpu")
+    ran = []
+    for parallel in (False, True):
+        out = tmp_path / str(parallel)
+        assert artifacts.save(res.qnn, out, parallel=parallel, gate=lambda: ran.append(1) or False) == []
+        assert list(out.iterdir()) == []
+    assert ran == [1, 1]

@@ -185,16 +185,16 @@ def lower(args: argparse.Namespace) -> int:
     t_load = time.perf_counter() - t0
     _progress(args, f"lowering {len(graph)} ops for {args.backend}")
     source = _snapshot(graph) if args.verify else None
+    # Without --verify, validation runs while the artifacts are written (the .cpp of a big graph by
+    # a second process meanwhile); they are kept only if it passes.
+    late = not args.no_validate and not args.verify
     gc.disable()  # likewise the lowered and QNN graphs: frozen as made, never scanned
     try:
         result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None,
-                             allow_partial=args.allow_partial, validate=not args.no_validate)
+                             allow_partial=args.allow_partial, validate=not args.no_validate and not late)
     finally:
         gc.freeze()
         gc.enable()
-    diags = result.diagnostics
-    if diags:
-        print(render_all(diags, rules.sources), file=sys.stderr)
     outdir = Path(args.outdir) if args.outdir else Path(args.model).resolve().parent
     written = []
     verification = None
@@ -203,14 +203,20 @@ def lower(args: argparse.Namespace) -> int:
         verification = _verify(args, source, result, rules, localise=None)
     failed_verification = verification is not None and not verification.passed
     if result.ok and (not failed_verification or args.keep_artifacts):
-        _progress(args, f"writing artifacts to {outdir}")
+        _progress(args, f"validating and writing artifacts to {outdir}" if late else
+                  f"writing artifacts to {outdir}")
         bar, update = _byte_bar(args, "writing .bin")
         try:
             written = result.save(outdir, converter_command=" ".join(["qlower", "lower", *sys.argv[2:]]),
-                                  name=args.name or artifact_name(args.model), progress=update)
+                                  name=args.name or artifact_name(args.model), progress=update, validate=late)
         finally:
             if bar is not None:
                 bar.close()
+    elif late:
+        result.validate()
+    diags = result.diagnostics
+    if diags:
+        print(render_all(diags, rules.sources), file=sys.stderr)
     result.timings["load"] = t_load + result.timings.get("check", 0.0)  # reading includes checking the input
     result.timings["total"] = time.perf_counter() - t0
     if args.timings:

@@ -58,26 +58,32 @@ def _all_well(graph: Graph, decls: Mapping[str, OpDeclLike] | None, need_shapes:
     values, ops = graph._values.get, graph._ops.get  # noqa: SLF001 (membership by name, checked by identity)
     fine: set[tuple[str, int, int]] = set()  # (type, #operands, #results) whose arity is right, none absent
     dialects = {t.split(".", 1)[0] for t in decls} if decls is not None else set()
+    judge = decls is not None
     for op in graph._ops.values():  # noqa: SLF001
+        operands = op.operands
         absent = False
-        for v in op.operands:
+        for v in operands:
             if v is None:
                 absent = True
-            elif values(v.name) is not v:
+                continue
+            if values(v.name) is not v:
                 return False
-            else:
-                p = v.producer
-                if p is None:
-                    if not v.is_input and v.data is None:
-                        return False
-                elif ops(p.name) is not p:
+            p = v.producer
+            if p is None:
+                if not v.is_input and v.data is None:
                     return False
+            elif ops(p.name) is not p:
+                return False
         results = op.results
-        if results and not any(r.users or r.is_output for r in results):
-            return False
-        if decls is None:
+        for r in results:  # some result is used or is an output
+            if r.users or r.is_output:
+                break
+        else:
+            if results:
+                return False
+        if not judge:
             continue
-        key = (op.type, len(op.operands), len(results))
+        key = (op.type, len(operands), len(results))
         if key in fine:
             if absent:
                 return False

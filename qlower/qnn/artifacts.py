@@ -9,9 +9,10 @@ and leaves earlier outputs untouched.
 
 On big graphs (and where `os.fork` exists) the `.cpp`, the largest and
 slowest artifact, is written by a forked child process while this process
-writes the `_net.json` and `.bin`: the two text writers are pure Python, so a
-second core halves the time. The bytes are the same either way; a failure in
-the child comes back as the same exception and removes all three temporaries.
+runs the caller's gate (validation) and writes the `_net.json` and `.bin`:
+the text writers are pure Python, so a second core shares the work. The bytes are the
+same either way; a failure in a child comes back as the same exception and
+removes all three temporaries.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from qlower.qnn.model import QnnGraph
 from qlower.qnn.reader import load
 
 __all__ = ["artifact_names", "load", "save"]
-PARALLEL_OPS = 20_000  # from this many ops `save` writes the .cpp in a child process (when it can fork)
+PARALLEL_OPS = 20_000  # from this many ops `save` writes the text artifacts in child processes (when it can fork)
+# artifacts written by children: the .cpp, the largest and slowest (a second child for the _net.json
+# measured slower on 2 cores: its copy-on-write faults cost more than it saved)
+_FORKED = (1,)
 
 
 def artifact_names(graph_name: str) -> tuple[str, str, str]:
@@ -43,7 +47,8 @@ def artifact_names(graph_name: str) -> tuple[str, str, str]:
 
 def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
          copyright_str: str = "", progress: Callable[[int, int], None] | None = None,
-         parallel: bool | None = None, direct: bool = True) -> list[Path]:
+         parallel: bool | None = None, direct: bool = True,
+         gate: Callable[[], bool] | None = None) -> list[Path]:
     """Write `<name>_net.json`, `<name>.cpp` and `<name>.bin` into `outdir`; return their paths.
 
     `converter_command` is recorded in the JSON and the `.cpp` header (pass the
@@ -52,7 +57,8 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
     hears of the `.bin` data bytes as they are written. `parallel` writes the `.cpp` in a
     child process (default: from `PARALLEL_OPS` ops on, where `os.fork` exists and no other
     thread runs). `direct` writes with O_DIRECT where the filesystem takes it (see
-    `qlower._files.StreamFile`); the bytes are the same either way.
+    `qlower._files.StreamFile`); the bytes are the same either way. `gate` (e.g. validation) runs
+    here while the child writes; when it returns False nothing is written and `save` returns [].
     """
     if parallel is None:  # forking a process that runs other threads could copy a lock some thread holds
         parallel = len(graph.ops) >= PARALLEL_OPS and threading.active_count() == 1
@@ -60,7 +66,7 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
     enabled = gc.isenabled()
     gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
     try:
-        return _save(graph, Path(outdir), converter_command, copyright_str, progress, parallel, direct)
+        return _save(graph, Path(outdir), converter_command, copyright_str, progress, parallel, direct, gate)
     finally:
         if enabled:
             gc.enable()
@@ -68,8 +74,13 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
 
 def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: str,
           progress: Callable[[int, int], None] | None = None, parallel: bool = False,
-          direct: bool = True) -> list[Path]:
-    layout = emit_bin.plan(graph)
+          direct: bool = True, gate: Callable[[], bool] | None = None) -> list[Path]:
+    try:
+        layout = emit_bin.plan(graph)
+    except QlowerError:
+        if gate is not None and not gate():
+            return []  # the gate's findings (e.g. validation's) explain the graph better than the writer
+        raise
     tick = None
     if progress is not None:
         total, done = emit_bin.static_bytes(layout), [0]
@@ -93,7 +104,7 @@ def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: 
                                 code="output-dir")) from None
     temps: list[tuple[Path, Path]] = []
     files: list[StreamFile] = []
-    child: _Child | None = None
+    children: dict[int, _Child] = {}  # artifact index -> the child process writing it
     try:
         for name, _ in writers:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=outdir)  # a name no one else has
@@ -102,26 +113,28 @@ def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: 
             files.append(StreamFile.create(tmp, direct=direct))
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary files
         if parallel:
-            try:
-                child = _Child.start(writers[1][1], files[1])  # the .cpp
-            except OSError:  # no process to spare (memory, process limit): write it here
-                child = None
-            else:
-                files[1].close()  # (nothing buffered yet) the child has its own copy
+            for i in _FORKED:
+                try:
+                    children[i] = _Child.start(writers[i][1], files[i], writers[i][0])
+                except OSError:  # no process to spare (memory, process limit): write it here
+                    break
+                files[i].close()  # (nothing buffered yet) the child has its own copy
+        if gate is not None and not gate():
+            _discard(temps, files, children)
+            return []
         for i, (_, write) in enumerate(writers):
-            if child is None or i != 1:
+            if i not in children:
                 _write_file(write, files[i])
-        if child is not None:
-            c, child = child, None
-            c.join()
+        while children:
+            children.pop(min(children)).join()
         for tmp, final in temps:
             os.replace(tmp, final)
     except OSError as exc:
-        _discard(temps, files, child)
+        _discard(temps, files, children)
         raise QlowerError(error(f"cannot write artifacts: {exc}", subject=str(outdir),
                                 code="output-write")) from None
     except BaseException:
-        _discard(temps, files, child)
+        _discard(temps, files, children)
         raise
     return [final for _, final in temps]
 
@@ -135,11 +148,11 @@ def _write_file(write: Callable[[BinaryIO], None], f: StreamFile) -> None:
 class _Child:
     """One artifact written by a forked child; its exception, if any, pickled back through a pipe."""
 
-    def __init__(self, pid: int, pipe: int) -> None:
-        self.pid, self.pipe = pid, pipe
+    def __init__(self, pid: int, pipe: int, what: str) -> None:
+        self.pid, self.pipe, self.what = pid, pipe, what
 
     @classmethod
-    def start(cls, write: Callable[[BinaryIO], None], f: BinaryIO) -> _Child:
+    def start(cls, write: Callable[[BinaryIO], None], f: StreamFile, what: str) -> _Child:
         r, w = os.pipe()
         try:
             pid = os.fork()
@@ -161,7 +174,7 @@ class _Child:
             finally:
                 os._exit(code)
         os.close(w)
-        return cls(pid, r)
+        return cls(pid, r, what)
 
     def join(self) -> None:
         """Wait for the child; raise what it raised (or why it died)."""
@@ -173,7 +186,7 @@ class _Child:
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
             why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-            raise QlowerError(error(f"the process writing the .cpp ended with {why}", code="output-write"))
+            raise QlowerError(error(f"the process writing {self.what} ended with {why}", code="output-write"))
 
     def kill(self) -> None:
         try:
@@ -191,8 +204,9 @@ def _pickled(exc: BaseException) -> bytes:
         return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
-def _discard(temps: list[tuple[Path, Path]], files: list[StreamFile], child: _Child | None = None) -> None:
-    if child is not None:
+def _discard(temps: list[tuple[Path, Path]], files: list[StreamFile],
+             children: dict[int, _Child] | None = None) -> None:
+    for child in (children or {}).values():
         child.kill()
     for f in files:
         try:

@@ -226,6 +226,21 @@ def test_lower_writes_the_three_artifacts_and_timings_and_report(capsys, work):
     assert "tiny_net.json" in out
 
 
+def test_lower_that_fails_validation_writes_no_artifacts(capsys, work):
+    """Validation runs while the artifacts are written; when it fails none is kept (nor any temporary)."""
+    graph = json.loads(json.dumps(GRAPH))
+    for t in graph["tensors"].values():
+        t["dtype"] = "int8"  # INT_8 Neg: no CPU datatype combination allows it
+    (work / "int8.json").write_text(json.dumps(graph), encoding="utf-8")
+    (work / "out").mkdir()
+    code, _, err = qlower(capsys, "lower", work / "int8.json", "--rules", work / "rules.qpat", "--backend", "cpu",
+                          "-o", work / "out", "--report", work / "r.json")
+    assert code == 1
+    assert "match no allowed combination on CPU" in err and "node n" in err
+    assert list((work / "out").iterdir()) == []
+    assert json.loads((work / "r.json").read_text())["ok"] is False
+
+
 def test_lower_report_without_file_prints_the_table(capsys, work):
     code, out, _ = qlower(capsys, "lower", work / "tiny.json", "--rules", work / "rules.qpat", "--backend", "cpu",
                           "-o", work / "out", "--report")
