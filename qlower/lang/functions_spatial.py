@@ -128,7 +128,10 @@ def _nearest(ratio: float, mode: str) -> np.ndarray:
 
 
 def _source_coords(ctm: str, size: int, out: int, scale: float, roi: list[float]) -> np.ndarray:
-    """ONNX Resize's coordinate transformation: output index → input coordinate."""
+    """ONNX Resize's coordinate transformation: output index → input coordinate.
+
+    ONNX holds roi as float32, and its reference computes the roi terms in float32 (the
+    rest in float64): the same here, so a coordinate on a rounding tie falls on the same side."""
     y = np.arange(out, dtype=np.float64)
     width = scale * size
     if ctm == "align_corners":
@@ -136,9 +139,10 @@ def _source_coords(ctm: str, size: int, out: int, scale: float, roi: list[float]
     if ctm == "asymmetric":
         return y / scale
     if ctm == "tf_crop_and_resize":
-        lo, hi = roi
-        x = np.full(out, (hi - lo) * (size - 1) / 2) if width == 1 else y * (hi - lo) * (size - 1) / (width - 1)
-        return x + lo * (size - 1)
+        lo, hi = np.float32(roi[0]), np.float32(roi[1])
+        x = np.full(out, float((hi - lo) * (size - 1) / 2)) if width == 1 else \
+            y * float(hi - lo) * (size - 1) / (width - 1)
+        return x + float(lo * (size - 1))
     if ctm == "pytorch_half_pixel":
         return np.full(out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
     if ctm == "half_pixel":
@@ -184,7 +188,9 @@ def _resize_weights(size: int, out: int, scale: float, roi: list[float], mode: s
             start = p + (-((n - 1) // 2) if frac <= 0.5 else -((n - 1) // 2) + 1)
         idx = start + np.arange(n) - pad
         if exclude_outside:
-            c = np.where((idx < 0) | (idx >= size), 0.0, c)
+            # A coordinate on a tap gives exact zeros as rounding noise (1e-16): left after the taps
+            # outside are dropped, normalising would blow that noise up to weights like [-0.2, 1.2].
+            c = np.where((idx < 0) | (idx >= size) | (np.abs(c) < 1e-12), 0.0, c)
             c = c / (c.sum() if c.sum() != 0 else 1.0)
         np.add.at(m[j], np.clip(idx, 0, size - 1), c)
     b = np.zeros(out, dtype=np.float64)

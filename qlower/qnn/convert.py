@@ -154,9 +154,18 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
     scalars: dict[tuple, ScalarParam] = {}  # ScalarParam is immutable: ops with equal params share one
     STATIC, NATIVE = TensorType.STATIC, TensorType.NATIVE
 
+    plain: dict[np.dtype, DataType] = {}  # unquantized datatypes by dtype
+
     def tensor_of(v: Value) -> str:
         name = v.name
         if name in tensors:
+            return name
+        if v.quant is None and v.data is None and not v.is_input and not v.is_output:  # most tensors
+            dt = plain.get(v.dtype)
+            if dt is None:
+                dt = plain[v.dtype] = _datatype(v)
+            shape = v.shape
+            tensors[name] = QnnTensor(name, NATIVE, dt, shape if shape else (1,), None, None)
             return name
         if v.is_input:
             ttype = TensorType.APP_WRITE
@@ -226,8 +235,18 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
         if None in operands:
             raise QlowerError(error("an absent optional input is followed by a present one, which QNN cannot "
                                     "express", subject=f"node {op.name} ({op.type})", code="absent-input"))
-        inputs = [o.name if o.name in tensors else tensor_of(o) for o in operands]
-        outputs = [r.name if r.name in tensors else tensor_of(r) for r in op.results]
+        inputs = []  # (loops, not comprehensions: no frame per op)
+        for o in operands:
+            n = o.name
+            if n not in tensors:
+                tensor_of(o)
+            inputs.append(n)
+        outputs = []
+        for o in op.results:
+            n = o.name
+            if n not in tensors:
+                tensor_of(o)
+            outputs.append(n)
         params = []
         op_attrs = op.attrs
         if op_attrs:
@@ -277,7 +296,7 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
         set_field(origin, "rule", rule)
         set_field(origin, "location", loc)
         set_field(origin, "sources", prov.sources)
-        ops.append(OpConfig(op.name, qtype, inputs, outputs, params, package, provenance=text, origin=origin))
+        ops.append(OpConfig(op.name, qtype, inputs, outputs, params, package, text, origin))
     qg.inputs = [v.name for v in graph.inputs]
     qg.outputs = [tensor_of(v) for v in graph.outputs]
     return qg

@@ -29,14 +29,9 @@ def _onnx_resize(x: np.ndarray, scale: float, roi: list[float], **attrs) -> np.n
     return ReferenceEvaluator(model).run(None, feeds)[0].reshape(-1)
 
 
-def _KNOWN_DIVERGENCE(mode: str, ctm: str, exclude: bool) -> bool:
-    return mode == "cubic" and ctm == "half_pixel_symmetric" and exclude
-
-
-@pytest.mark.xfail(strict=True, reason="open defect: resize_weights for cubic + half_pixel_symmetric + "
-                   "exclude_outside where a source coordinate falls on a tap gives weights [-0.2, 1.2] at the "
-                   "first output, onnx.reference gives 0.0 (found by the hypothesis law above)")
 def test_resize_weights_cubic_symmetric_exclude_outside():
+    """Found by the law below: the first output's source coordinate falls on a tap (2e-16), so the weights left
+    after exclude_outside drops the taps outside are rounding noise; normalising them gave [-0.2, 1.2]."""
     x = np.random.default_rng(0).standard_normal(7).astype(np.float32)
     scale = float(np.float32(1.5))
     want = _onnx_resize(x, scale, [0.0, 1.0], mode="cubic", coordinate_transformation_mode="half_pixel_symmetric",
@@ -57,8 +52,6 @@ def test_resize_weights_match_onnx(size, scale, mode, ctm, antialias, exclude, n
     antialias = antialias and mode != "nearest"
     if int(np.floor(size * scale)) < 1:
         return
-    if _KNOWN_DIVERGENCE(mode, ctm, exclude):
-        return  # pinned below by test_resize_weights_cubic_symmetric_exclude_outside (an open defect)
     x = np.random.default_rng(seed).standard_normal(size).astype(np.float32)
     # roi as float32, as ONNX holds it (0.2 and 1.3 as float64 put ties of nearest rounding elsewhere)
     roi = [float(np.float32(v)) for v in ([0.2, 1.3] if ctm == "tf_crop_and_resize" else [0.0, 1.0])]
