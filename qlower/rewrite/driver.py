@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from qlower.diagnostics import Diagnostic, Note, did_you_mean, error
-from qlower.graph.core import Graph, GraphError, Op
+from qlower.graph.core import Graph, GraphError, Op, Provenance
 from qlower.lang import ast
 from qlower.rewrite.compile import FAIL, CompiledRule, GuardError, RuleIndex, _bound_names, compile_rule
 from qlower.rewrite.emit import EmitFailure, EmitProgram, commit
@@ -106,6 +106,35 @@ def stored_enum_literals(rule: ast.Rule, opdefs: Any, target: str) -> ast.Rule:
     return attrs.evolve(rule, body=tuple(body)) if changed else rule
 
 
+def pure_retype(rule: ast.Rule) -> tuple[str, int, int] | None:
+    """(target op type, #operands, #results) when `rule` only changes an op's type: one op pattern of
+    plain captures (no types, attributes, guards or lets) and one emitted op of a literal type taking
+    those captures in order and giving the matched results (what `map A(x, y) -> B(x, y)` writes).
+    Such rules are the commonest in packs; the engine applies them without the general matcher and
+    planner, with the same outcome (a law in tests/rewrite checks that)."""
+    if len(rule.body) != 2:
+        return None
+    m, e = rule.body
+    if not isinstance(m, ast.Match) or not isinstance(e, ast.Emit) or len(e.items) != 1:
+        return None
+    pat, item = m.pattern, e.items[0]
+    if not isinstance(item, ast.EmitOp) or pat.attrs or pat.commutative or pat.shared or m.binders.rest:
+        return None
+    caps = pat.operands
+    if not all(type(c) is ast.Capture and c.type is None and not c.optional for c in caps):
+        return None
+    names = [c.name for c in caps]
+    if len(set(names)) != len(names) or set(names) & set(m.binders.names) or "_" in m.binders.names:
+        return None
+    if item.params or item.props or item.fold or item.default or item.op_expr is not None \
+            or item.binders.rest or tuple(item.binders.names) != tuple(m.binders.names):
+        return None
+    if len(item.args) != len(caps) or any(a.kind != "value" or a.expr is not None or a.name != n
+                                          for a, n in zip(item.args, names)):
+        return None
+    return item.op, len(caps), len(m.binders.names)
+
+
 def _subject(op: Op) -> str:
     return f"node {op.name} ({op.type})"
 
@@ -114,7 +143,8 @@ class Engine:
     """A rule set compiled for one backend; reusable across graphs."""
 
     def __init__(self, rules: Iterable[ast.Rule], decls: Mapping[str, ast.OpDecl], *, registry: Any,
-                 backend: str | None, functions: FunctionTable | None = None, target: str = "qnn") -> None:
+                 backend: str | None, functions: FunctionTable | None = None, target: str = "qnn",
+                 fast_retypes: bool = True) -> None:
         self.functions = functions or builtin_functions()
         self.decls = decls
         self.backend = backend
@@ -133,6 +163,10 @@ class Engine:
             compiled.append(c)
             self.programs[c.name] = program
         self.all_rules = tuple(compiled)
+        # rules that only retype an op, applied on a short path (see `pure_retype`)
+        self.retypes: dict[str, tuple[str, int, int]] = {}
+        if fast_retypes:
+            self.retypes = {c.name: spec for c in compiled if (spec := pure_retype(c.rule)) is not None}
         self.lowering = RuleIndex.build([c for c in compiled if c.kind == "lowering"], backend)
         self.source = RuleIndex.build([c for c in compiled if c.kind == "source"], backend)
         self.cleanup = RuleIndex.build([c for c in compiled if c.kind == "cleanup"], backend)
@@ -173,8 +207,14 @@ class Engine:
                      failed) -> tuple[str, list[Op]] | None:
         """Apply the best candidate that matches and emits; None when none does."""
         stats = out.stats
+        retypes = self.retypes
         for rule in cands:
             st = stats[rule.name]
+            spec = retypes.get(rule.name)
+            if spec is not None:
+                done = self._retype(graph, op, rule, spec, st, out)
+                if done is not None:
+                    return done
             st.tries += 1
             try:
                 env = rule.match(op)
@@ -211,6 +251,34 @@ class Engine:
                     emitted[n.type] = emitted.get(n.type, 0) + 1
             return rule.name, new_ops
         return None
+
+    def _retype(self, graph: Graph, op: Op, rule: CompiledRule, spec: tuple[str, int, int], st: RuleStats,
+                out: Outcome) -> tuple[str, list[Op]] | None:
+        """Apply a pure-retype rule to `op` when it plainly matches and its op is supported here; None
+        leaves every other case (no match, unsupported op, absent operands) to the general path."""
+        new_type, n, nres = spec
+        operands, results = op.operands, op.results
+        if len(operands) != n or len(results) != nres or None in operands \
+                or not rule.program.supported(new_type, self.backend):
+            return None
+        for r in results:
+            if r in operands:  # a cycle: the general path reports it
+                return None
+        p = op.provenance
+        sources = p.sources if p is not None and p.sources else (op.name,)
+        if len(sources) > 1:
+            sources = tuple(dict.fromkeys(sources))
+        prov = Provenance(rule.name, rule.location, p.source if p else op.name, sources)
+        root_type = op.type
+        graph.retype(op, new_type, {}, prov)
+        st.tries += 1
+        st.matches += 1
+        st.applied += 1
+        c = out.coverage.get(root_type)
+        if c is not None:
+            c.rules[rule.name] = c.rules.get(rule.name, 0) + 1
+            c.emitted[new_type] = c.emitted.get(new_type, 0) + 1
+        return rule.name, [op]
 
     def _fixpoint(self, graph: Graph, index: RuleIndex, what: str, out: Outcome, reasons,
                   budget_factor: int) -> None:
