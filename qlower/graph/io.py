@@ -194,6 +194,9 @@ class _Loader:
         values = g._values  # noqa: SLF001 (the loader builds the graph it owns; see Graph.bulk)
         dtypes, keys, ints, make = _DTYPES, _TENSOR_KEYS, _INTS, Value
         f32 = _DTYPES["float32"]
+        # One tuple per distinct shape, shared by the tensors of that shape: a big graph's tensors have
+        # a few hundred shapes, so this keeps a million small objects out of memory.
+        seen: dict[tuple, tuple] = {}
         for name, t in tensors.items():
             if type(t) is not dict or not name or not keys.issuperset(t) or "dtype" not in t:
                 values[name] = make(name, f32, None)
@@ -211,7 +214,8 @@ class _Loader:
                          "bad-shape", f"tensor {name}")
                 shape = None
             if len(t) == 2 and shape is not None:  # dtype and shape only: most tensors of a big graph
-                values[name] = make(name, dtype, None if shape is None else tuple(shape))
+                dims = tuple(shape)
+                values[name] = make(name, dtype, seen.setdefault(dims, dims))
                 continue
             q = t.get("quant")
             quant = None if q is None else self.quant(name, q, dtype, shape)
@@ -219,7 +223,8 @@ class _Loader:
                 del t["quant"]  # the Quant has the numbers now: let the parsed lists go as loading goes on
             d = t.get("data")
             data = None if d is None else self.data(name, d, dtype, shape)
-            values[name] = make(name, dtype, None if shape is None else tuple(shape), quant, data)
+            dims = None if shape is None else tuple(shape)
+            values[name] = make(name, dtype, None if dims is None else seen.setdefault(dims, dims), quant, data)
         return values
 
     def bad_tensor(self, name: str, t: Any) -> None:
