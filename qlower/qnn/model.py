@@ -87,9 +87,12 @@ class QuantEncoding:
         return cls(kind, scales, offsets, axis=axis, bitwidth=bitwidth)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
 class QnnTensor:
-    """One Qnn_Tensor_t. `data` is set for STATIC tensors only (numpy, storage dtype)."""
+    """One Qnn_Tensor_t. `data` is set for STATIC tensors only (numpy, storage dtype).
+
+    `dims` is made a tuple when the tensor is built; assigning it later does not convert (a graph
+    holds a million of these, and a converting `__setattr__` made building one three times dearer)."""
 
     name: str
     type: TensorType
