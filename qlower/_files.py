@@ -88,8 +88,12 @@ class StreamFile:
         self.close()
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        view = memoryview(data).cast("B")
-        n = len(view)
+        view = memoryview(data)
+        n = view.nbytes
+        if n == 0:
+            return 0  # (an empty array's view cannot be cast)
+        if view.ndim != 1 or view.format != "B":
+            view = view.cast("B")
         done = 0
         if not self._buffers:
             self._buffers = [mmap.mmap(-1, self._chunk), mmap.mmap(-1, self._chunk)]

@@ -40,9 +40,11 @@ def test_memoryviews_and_bytearrays_are_written_as_bytes(tmp_path: Path) -> None
     path = tmp_path / "out.bin"
     with StreamFile.create(path, chunk=4096) as f:
         f.write(memoryview(arr))  # a float32 view: written as its bytes
+        f.write(np.zeros((0, 3), np.float32))  # nothing
+        f.write(arr.reshape(50, 60))  # a 2-D array: its bytes in C order
         f.write(bytearray(b"tail"))
         f.finish()
-    assert path.read_bytes() == arr.tobytes() + b"tail"
+    assert path.read_bytes() == arr.tobytes() * 2 + b"tail"
 
 
 @pytest.mark.skipif(not hasattr(os, "O_DIRECT"), reason="O_DIRECT is Linux's")

@@ -34,7 +34,7 @@ from qlower.qnn.model import QnnGraph
 from qlower.qnn.reader import load
 
 __all__ = ["artifact_names", "load", "save"]
-PARALLEL_OPS = 20_000  # from this many ops `save` writes the text artifacts in child processes (when it can fork)
+PARALLEL_OPS = 20_000  # from this many ops `save` writes the .cpp in a child process (when it can fork)
 # artifacts written by children: the .cpp, the largest and slowest (a second child for the _net.json
 # measured slower on 2 cores: its copy-on-write faults cost more than it saved)
 _FORKED = (1,)
