@@ -261,12 +261,30 @@ def _pool_argmax_base(planes: int, spatial: list[int], strides: list[int], pads:
     return base.astype(np.int32)
 
 
+def _pool_window_valid(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
+                       pads: list[list[int]], out: list[int]) -> np.ndarray:
+    """[oh, ow, kh·kw] bool: whether window tap k (row-major) of each output lies in the input
+    rather than in the padding (a padded tap never counts for MaxPool)."""
+    inside = []
+    for size, k, s, d, (b, _e), o in zip(spatial, kernel, strides, dilations, pads, out):
+        taps = np.arange(int(o))[:, None] * int(s) - int(b) + np.arange(int(k))[None, :] * int(d)
+        inside.append((taps >= 0) & (taps < int(size)))
+    if len(inside) != 2:
+        raise EvalError(f"pool_window_valid needs 2-D pooling, got {len(inside)} spatial dims")
+    rows, cols = inside
+    valid = rows[:, None, :, None] & cols[None, :, None, :]
+    return valid.reshape(rows.shape[0], cols.shape[0], -1)
+
+
 SPATIAL_FUNCTIONS: tuple[Function, ...] = (
     Function("window_onehot", ("list[int]", "dtype"), "tensor", _window_onehot,
              doc="[kh, kw, 1, kh*kw] Conv2d filter copying each window tap to its own channel (im2col)"),
     Function("pool_argmax_offsets", ("list[int]", "list[int]", "list[int]", "int"), "tensor", _pool_argmax_offsets,
              doc="[kh*kw] int32 offsets of window taps in MaxPool's flat Indices (spatial, kernel, dilations, "
                  "storage_order)"),
+    Function("pool_window_valid", ("list[int]", "list[int]", "list[int]", "list[int]", "list[list[int]]", "list[int]"),
+             "tensor", _pool_window_valid,
+             doc="[oh, ow, kh*kw] bool: window taps inside the input (spatial, kernel, strides, dilations, pads, out)"),
     Function("pool_argmax_base", ("int", "list[int]", "list[int]", "list[list[int]]", "list[int]", "int"), "tensor",
              _pool_argmax_base,
              doc="[planes, oh, ow] int32 flat Index of each window's first tap (planes, spatial, strides, pads, "
