@@ -167,7 +167,7 @@ def test_maxpool_indices_of_3d_pooling_is_a_clear_error(rules):
                    [h.make_tensor_value_info("y", T.FLOAT, None), h.make_tensor_value_info("z", T.INT64, None)],
                    opset=12)
     result = qlower.lower(load_onnx(model), rules, backend="cpu")
-    with pytest.raises(Exception, match="MaxPool with its Indices result is lowered for 2-D float inputs only"):
+    with pytest.raises(Exception, match="MaxPool with its Indices result is lowered for 1-D and 2-D float inputs only"):
         result.raise_for_errors()
 
 
@@ -178,3 +178,20 @@ def test_one_result_maxpool_lowers_as_before(rules):
     result = qlower.lower(load_onnx(model), rules, backend="cpu")
     result.raise_for_errors()
     assert [op.type for op in result.qnn.ops] == ["Transpose", "PoolMax2d", "Transpose"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 2), st.integers(2, 3), st.integers(0, 2), st.integers(0, 2), st.integers(1, 8),
+       st.integers(1, 2), st.integers(1, 3), st.integers(0, 2**31 - 1))
+def test_maxpool1d_indices_equal_onnx_reference(k, d, s, b, e, length, n, c, seed):
+    b, e = min(b, (k - 1) * d), min(e, (k - 1) * d)
+    assume(length + b + e >= (k - 1) * d + 1 and _has_tap(length, k, d, s, b, e))
+    x = np.random.default_rng(seed).integers(-3, 4, [n, c, length]).astype(np.float32)
+    node = h.make_node("MaxPool", ["x"], ["y", "z"], kernel_shape=[k], dilations=[d], strides=[s], pads=[b, e])
+    model = _model(node, [h.make_tensor_value_info("x", T.FLOAT, [n, c, length])],
+                   [h.make_tensor_value_info("y", T.FLOAT, None), h.make_tensor_value_info("z", T.INT64, None)],
+                   opset=12)
+    want_y, want_z = ReferenceEvaluator(model).run(None, {"x": x})
+    got = _lower_and_run(model, _onnx_rules(), {"x": x})
+    np.testing.assert_array_equal(np.asarray(got["y"]), want_y)
+    np.testing.assert_array_equal(np.asarray(got["z"], np.int64), want_z)
