@@ -330,6 +330,22 @@ def _tfidf_weights(pool: list[int], counts: list[int], indexes: list[int], lo: i
     return w
 
 
+def _block_expand(data: Any, axis: int, block_size: int, size: int) -> np.ndarray:
+    """Blocked quantization's scale or zero point (one entry per block of `block_size` elements
+    along `axis`, ONNX opset 21) stretched to one entry per element: each entry repeated, cut to `size`."""
+    arr = np.asarray(data)
+    if arr.ndim == 0:
+        raise EvalError("block_expand needs blocked parameters with at least one dim")
+    axis = _normdim(int(axis), arr.ndim)
+    b, n = int(block_size), int(size)
+    if b <= 0:
+        raise EvalError(f"block_size must be positive, got {b}")
+    if arr.shape[axis] != -(-n // b):
+        raise EvalError(f"{arr.shape[axis]} blocks along axis {axis} do not cover {n} elements in blocks of {b}: "
+                        f"ceil({n} / {b}) = {-(-n // b)} are needed")
+    return np.take(np.repeat(arr, b, axis=axis), np.arange(n), axis=axis)
+
+
 SHAPE_FUNCTIONS: tuple[Function, ...] = (
     Function("band_mask", ("int", "int", "int", "int", "dtype"), "tensor", _band_mask,
              doc="[rows, cols] 1/0 mask of the band lo <= j - i <= hi (Trilu, causal and window masks)"),
@@ -383,6 +399,8 @@ SHAPE_FUNCTIONS: tuple[Function, ...] = (
              doc="ONNX DFT along an axis as one [n·parts, bins·parts_out] matrix (inverse, onesided, length)"),
     Function("einsum_matmul", ("str",), "list[bool]", _einsum_matmul,
              doc="[transpose_a, transpose_b] of an einsum equation that is a batched matrix product"),
+    Function("block_expand", ("tensor", "int", "int", "int"), "tensor", _block_expand,
+             doc="blocked-quantization parameters repeated block_size times along an axis, cut to its size"),
     Function("broadcast_multiples", ("list[int]", "list[int]"), "list[int]", _broadcast_multiples,
              doc="per-dim repeat counts that broadcast a shape to a target of the same rank"),
 )
