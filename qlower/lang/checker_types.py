@@ -263,8 +263,7 @@ class ExprTyper:
         op = e.op
         for lit in unknown_backends(e, BACKENDS):
             self.report(error(f"unknown backend `{lit.value}`", span=lit.span, code="unknown-backend",
-                              hint=f'did you mean "{s}"?' if (s := suggest_name(lit.value, BACKENDS))
-                              else f"backend() is one of {', '.join(BACKENDS)}"))
+                              hint=suggest(lit.value, BACKENDS) or f"backend() is one of {', '.join(BACKENDS)}"))
         if op in ("and", "or"):
             for side, t in ((e.left, a), (e.right, b)):
                 if not assignable(t, "bool"):
