@@ -139,6 +139,12 @@ def _items(items: Sequence[Any], backend: str) -> tuple:
     return tuple(out)
 
 
+def decide(e: ast.Expr, backend: str) -> bool | None:
+    """What `e` is on `backend` when the backend alone decides it (None when it does not)."""
+    v = _value(_expr(e, backend))
+    return v if isinstance(v, bool) else None
+
+
 def mentions_backend(x: Any) -> bool:
     """Whether `backend()` occurs anywhere in `x` (an AST node or a tuple of them)."""
     if is_backend_call(x):
