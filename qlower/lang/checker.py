@@ -60,6 +60,7 @@ CODES: dict[str, str] = {
     "type-mismatch": "an expression of the wrong type",
     "unknown-dtype": "a dtype name that does not exist",
     "unknown-backend": "a backend other than cpu, gpu, htp, dsp, lpai",
+    "backend-decided": "an `if` or `require` that `backend()` decides alike on every backend of the rule (warning)",
     "rest-position": "a rest capture `xs...` that is not the last operand",
     "dim-rest": "more than one `...` in a shape pattern",
     "binding-conflict": "one name bound as two different things in patterns",

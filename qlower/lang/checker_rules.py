@@ -5,10 +5,12 @@ from __future__ import annotations
 from qlower.diagnostics import Note, Span, error, warning
 from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
+from qlower.lang.backend import decide, mentions_backend
 from qlower.lang.checker_patterns import PatternChecker
 from qlower.lang.checker_scope import PATTERN_KINDS
 from qlower.lang.checker_sigs import Context
 from qlower.lang.checker_types import DTYPE_CONSTANTS, assignable
+from qlower.qnn.backends import BACKENDS
 
 
 class RuleChecker(PatternChecker):
@@ -56,6 +58,7 @@ class RuleChecker(PatternChecker):
                                      code="missing-result"))
         if r.matches:
             self._unused()
+        self._backend_decided()
         if len(self.emitted) == 2:
             ctx.note(f"rule `{r.name}` emits both QNN ops ({self.emitted[True]}) and source ops "
                      f"({self.emitted[False]})", self.name_span, "mixed-emit")
@@ -256,6 +259,42 @@ class RuleChecker(PatternChecker):
                                       notes=[Note("first emitted here", b.span)]))
             else:
                 self._define(name, "emit", "list[value]" if binders.rest else "value", span)
+
+    def _backend_decided(self) -> None:
+        """Warn about an `if` or `require` that `backend()` decides alike on every backend of the rule:
+        a branch never taken there (a rule for `cpu` asking `backend() == "htp"`)."""
+        r = self.rule
+        on = tuple(b for b in (r.backends or BACKENDS) if b in BACKENDS)
+        if not on or not mentions_backend(r.body):
+            return
+        where = ", ".join(on)
+
+        def same(e: ast.Expr) -> bool | None:
+            if not mentions_backend(e):
+                return None
+            got = {decide(e, b) for b in on}
+            return next(iter(got)) if len(got) == 1 else None
+
+        def items(its) -> None:
+            for i in its:
+                if not isinstance(i, ast.EmitIf):
+                    continue
+                v = same(i.cond)
+                if v is False:
+                    self.ctx.report(warning(f"this `if` is false on every backend rule `{r.name}` is for ({where}): "
+                                            "its branch is never taken", span=i.cond.span, code="backend-decided"))
+                elif v is True and i.otherwise:
+                    self.ctx.report(warning(f"this `if` is true on every backend rule `{r.name}` is for ({where}): "
+                                            "its `else` is never taken", span=i.cond.span, code="backend-decided"))
+                items(i.then)
+                items(i.otherwise)
+
+        for s in r.body:
+            if isinstance(s, ast.Require) and same(s.expr) is False:
+                self.ctx.report(warning(f"this `require` is false on every backend rule `{r.name}` is for ({where}): "
+                                        "the rule never applies", span=s.expr.span, code="backend-decided"))
+            elif isinstance(s, ast.Emit):
+                items(s.items)
 
 
 def literal_strings(e: ast.Expr | None) -> list[str] | None:

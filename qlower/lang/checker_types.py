@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterable
 from qlower.diagnostics import Note, Span, did_you_mean, error
 from qlower.graph.types import DTYPE_ALIASES, DTYPE_NAMES, canonical_dtype
 from qlower.lang import ast
+from qlower.lang.backend import unknown_backends
 from qlower.lang.functions import FunctionTable
+from qlower.qnn.backends import BACKENDS
 
 ANY = "any"
 NUMERIC = frozenset({"int", "float", "number"})
@@ -259,6 +261,9 @@ class ExprTyper:
     def _Binary(self, e: ast.Binary) -> str:
         a, b = self.infer(e.left), self.infer(e.right)
         op = e.op
+        for lit in unknown_backends(e, BACKENDS):
+            self.report(error(f"unknown backend `{lit.value}`", span=lit.span, code="unknown-backend",
+                              hint=suggest(lit.value, BACKENDS) or f"backend() is one of {', '.join(BACKENDS)}"))
         if op in ("and", "or"):
             for side, t in ((e.left, a), (e.right, b)):
                 if not assignable(t, "bool"):

@@ -24,6 +24,7 @@ from qlower.rewrite.compile import FAIL, CompiledRule, GuardError, RuleIndex, _b
 from qlower.rewrite.emit import EmitFailure, EmitProgram, commit
 from qlower.lang.functions import FunctionTable
 from qlower.lang.builtins import builtin_functions
+from qlower.lang.backend import for_backend
 
 
 @attrs.define
@@ -157,6 +158,7 @@ class Engine:
         for i, rule in enumerate(rules):
             if opdefs is not None:
                 rule = stored_enum_literals(rule, opdefs, target)
+            rule = for_backend(rule, backend)  # `backend()` is this engine's constant
             c = compile_rule(rule, i, decls, self.functions, target)
             program = EmitProgram(c, registry, self.functions, _bound_names(rule))
             object.__setattr__(c, "program", program)  # rule and its emission travel together

@@ -67,7 +67,17 @@ def _compound(children):
     )
 
 
-exprs = st.recursive(literals | names.map(ast.Name), _compound, max_leaves=10)
+# `backend()` and its comparisons with backend names (`backend() == "htp"`, `backend() in ["cpu", "htp"]`)
+BACKEND_NAMES = ("cpu", "gpu", "htp", "dsp", "lpai")
+backend_call = st.just(ast.Call("backend", ()))
+backend_tests = st.one_of(
+    st.builds(lambda op, b, flip: ast.Binary(op, ast.Literal(b), ast.Call("backend", ())) if flip
+              else ast.Binary(op, ast.Call("backend", ()), ast.Literal(b)),
+              st.sampled_from(["==", "!="]), st.sampled_from(BACKEND_NAMES), st.booleans()),
+    st.builds(lambda op, bs: ast.Binary(op, ast.Call("backend", ()), ast.ListExpr(tuple(map(ast.Literal, bs)))),
+              st.sampled_from(["in", "not in"]), st.lists(st.sampled_from(BACKEND_NAMES), min_size=1, max_size=3)),
+)
+exprs = st.recursive(literals | names.map(ast.Name) | backend_call | backend_tests, _compound, max_leaves=10)
 
 # ------------------------------------------------------------------- patterns
 
@@ -131,8 +141,9 @@ _emit_leaves = st.one_of(
               _tuples(_call_args), params, props),
 )
 # `if COND { ... } else { ... }`, nested; a condition holding a conditional expression is bracketed by the formatter
-_if = st.builds(ast.EmitIf, exprs, _tuples(_emit_leaves, max_size=2), _tuples(_emit_leaves, max_size=1))
-emit_items = st.one_of(_emit_leaves, _if, st.builds(ast.EmitIf, exprs, _tuples(_emit_leaves, max_size=1),
+_conds = st.one_of(exprs, backend_tests)
+_if = st.builds(ast.EmitIf, _conds, _tuples(_emit_leaves, max_size=2), _tuples(_emit_leaves, max_size=1))
+emit_items = st.one_of(_emit_leaves, _if, st.builds(ast.EmitIf, _conds, _tuples(_emit_leaves, max_size=1),
                                                     st.tuples(_if)))  # `} else if ... {`
 stmts = st.one_of(
     st.builds(ast.Match, binders, op_patterns),

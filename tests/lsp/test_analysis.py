@@ -112,3 +112,13 @@ def test_fragments_and_defs_go_to_their_definition_and_hover(workspace, tmp_path
     assert (loc.span.line, loc.span.column) == (8, 5)
     kinds = {s.name: s.kind for s in workspace.symbols(path)}
     assert kinds["to_nhwc"] == "fragment" and kinds["image"] == "def"
+
+
+def test_hover_on_backend_shows_what_it_returns(workspace, tmp_path):
+    text = ('import mllm.ops\n\nrule r {\n  match y = mllm.ReLU(x)\n  emit {\n    if backend() == "htp" {\n'
+            '      y = qnn.Relu(x)\n    } else {\n      y = qnn.Sigmoid(x)\n    }\n  }\n}\n')
+    path = _open(workspace, tmp_path / "b.qpat", text)
+    assert [d for d in workspace.check(path) if d.is_error] == []
+    hover, span = workspace.hover(path, 5, text.splitlines()[5].index("backend") + 2)
+    assert "backend() -> str" in hover and "lowered for" in hover
+    assert (span.line, span.column) == (6, 8)
