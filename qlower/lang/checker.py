@@ -83,6 +83,7 @@ CODES: dict[str, str] = {
     "unknown-rule": "a test for (or expecting) a rule that does not exist",
     "dim-range": "a test dim range lo..hi with lo > hi",
     "test-no-graph": "a test without a `graph`",
+    "encoded-float": "a test input or constant of a float type given an encoding (quantized storage is integer)",
     "unknown-fragment": "an emit call that names no visible fragment, or gives it the wrong arguments",
     "duplicate-fragment": "two fragments with one name in one pack (or one user file)",
     "fragment-scope": "a fragment using a value that is neither its parameter nor its own",

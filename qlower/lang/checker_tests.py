@@ -44,6 +44,7 @@ class TestChecker:
                 if isinstance(s, ast.TestConst) and s.value is not None:
                     self.typer.expect(s.value, "tensor", "a constant's value")
                 self.ctx.check_props(s.props, self.typer)
+                self._encoded_float(s)
                 self._define(s.name, self._at(s.span, s.name))
             elif isinstance(s, ast.TestGraph):
                 has_graph = True
@@ -76,6 +77,18 @@ class TestChecker:
                                   notes=[Note("defined here", self.values[name])]))
             return
         self.values[name] = span
+
+    def _encoded_float(self, s: ast.TestInput | ast.TestConst) -> None:
+        """An encoding maps integer storage to reals: a float tensor has none to give."""
+        dtype = canonical_dtype(s.type.dtype)
+        if dtype is None or not dtype.startswith(("float", "bfloat")):
+            return
+        for p in s.props:
+            if p.kind == "encoding":
+                self.ctx.report(error(f"`{s.name}` is {s.type.dtype}, which takes no encoding: a quantized tensor has "
+                                      "integer storage", span=p.span, code="encoded-float",
+                                      hint=f"write e.g. `u8[...] : encoding ...` (or drop the encoding for a real-valued "
+                                           f"{s.type.dtype} tensor)"))
 
     def _tensor_type(self, tt: ast.TensorType) -> None:
         if canonical_dtype(tt.dtype) is None:

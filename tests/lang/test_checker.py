@@ -155,7 +155,7 @@ rule sigmoid_f16 {
 }
 
 test silu backends(htp) {
-  input x: f32[1, 2..8, 16] : encoding quant(0.05, 0)
+  input x: u8[1, 2..8, 16] : encoding quant(0.05, 128)
   graph {
     s = mllm.Sigmoid(x)
     y = mllm.Mul(x, s)
