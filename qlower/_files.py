@@ -78,9 +78,6 @@ class StreamFile:
                     raise
         return cls(os.open(path, flags, mode), direct=False, chunk=chunk)
 
-    def fileno(self) -> int:
-        return self._fd
-
     def __enter__(self) -> StreamFile:
         return self
 
@@ -106,9 +103,6 @@ class StreamFile:
             if self._pos == self._chunk:
                 self._hand_over(self._chunk)
         return n
-
-    def flush(self) -> None:
-        """Nothing to do before `finish`: a partial O_DIRECT block cannot be written early."""
 
     def finish(self) -> None:
         """Write the rest, set the file's exact size, fsync; raises the writer's error if it met one."""

@@ -35,9 +35,9 @@ from qlower.qnn.reader import load
 
 __all__ = ["artifact_names", "load", "save"]
 PARALLEL_OPS = 20_000  # from this many ops `save` writes the .cpp in a child process (when it can fork)
-# artifacts written by children: the .cpp, the largest and slowest (a second child for the _net.json
-# measured slower on 2 cores: its copy-on-write faults cost more than it saved)
-_FORKED = (1,)
+# The artifact a child writes: the .cpp, the largest and slowest (a second child for the _net.json
+# measured slower on 2 cores: its copy-on-write faults cost more than it saved).
+_CPP = 1
 
 
 def artifact_names(graph_name: str) -> tuple[str, str, str]:
@@ -104,7 +104,7 @@ def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: 
                                 code="output-dir")) from None
     temps: list[tuple[Path, Path]] = []
     files: list[StreamFile] = []
-    children: dict[int, _Child] = {}  # artifact index -> the child process writing it
+    child: _Child | None = None  # the process writing the .cpp, when there is one
     try:
         for name, _ in writers:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=outdir)  # a name no one else has
@@ -113,28 +113,29 @@ def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: 
             files.append(StreamFile.create(tmp, direct=direct))
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary files
         if parallel:
-            for i in _FORKED:
-                try:
-                    children[i] = _Child.start(writers[i][1], files[i], writers[i][0])
-                except OSError:  # no process to spare (memory, process limit): write it here
-                    break
-                files[i].close()  # (nothing buffered yet) the child has its own copy
+            try:
+                child = _Child.start(writers[_CPP][1], files[_CPP], writers[_CPP][0])
+            except OSError:  # no process to spare (memory, process limit): write it here
+                child = None
+            else:
+                files[_CPP].close()  # (nothing buffered yet) the child has its own copy
         if gate is not None and not gate():
-            _discard(temps, files, children)
+            _discard(temps, files, child)
             return []
         for i, (_, write) in enumerate(writers):
-            if i not in children:
+            if child is None or i != _CPP:
                 _write_file(write, files[i])
-        while children:
-            children.pop(min(children)).join()
+        if child is not None:
+            c, child = child, None
+            c.join()
         for tmp, final in temps:
             os.replace(tmp, final)
     except OSError as exc:
-        _discard(temps, files, children)
+        _discard(temps, files, child)
         raise QlowerError(error(f"cannot write artifacts: {exc}", subject=str(outdir),
                                 code="output-write")) from None
     except BaseException:
-        _discard(temps, files, children)
+        _discard(temps, files, child)
         raise
     return [final for _, final in temps]
 
@@ -204,9 +205,8 @@ def _pickled(exc: BaseException) -> bytes:
         return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
-def _discard(temps: list[tuple[Path, Path]], files: list[StreamFile],
-             children: dict[int, _Child] | None = None) -> None:
-    for child in (children or {}).values():
+def _discard(temps: list[tuple[Path, Path]], files: list[StreamFile], child: _Child | None = None) -> None:
+    if child is not None:
         child.kill()
     for f in files:
         try:

@@ -154,16 +154,14 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
     scalars: dict[tuple, ScalarParam] = {}  # ScalarParam is immutable: ops with equal params share one
     STATIC, NATIVE = TensorType.STATIC, TensorType.NATIVE
 
-    plain: dict[np.dtype, DataType] = {}  # unquantized datatypes by dtype
-
     def tensor_of(v: Value) -> str:
         name = v.name
         if name in tensors:
             return name
         if v.quant is None and v.data is None and not v.is_input and not v.is_output:  # most tensors
-            dt = plain.get(v.dtype)
+            dt = datatypes.get((v.dtype, False))
             if dt is None:
-                dt = plain[v.dtype] = _datatype(v)
+                dt = datatypes[(v.dtype, False)] = _datatype(v)
             shape = v.shape
             tensors[name] = QnnTensor(name, NATIVE, dt, shape if shape else (1,), None, None)
             return name

@@ -136,6 +136,15 @@ def pure_retype(rule: ast.Rule) -> tuple[str, int, int] | None:
     return item.op, len(caps), len(m.binders.names)
 
 
+def _count(out: Outcome, root_type: str, rule: str, new_ops: Iterable[Op]) -> None:
+    """Coverage of one application: the rule, and the ops it left, under the source op type."""
+    c = out.coverage.get(root_type)
+    if c is not None:
+        c.rules[rule] = c.rules.get(rule, 0) + 1
+        for n in new_ops:
+            c.emitted[n.type] = c.emitted.get(n.type, 0) + 1
+
+
 def _subject(op: Op) -> str:
     return f"node {op.name} ({op.type})"
 
@@ -245,12 +254,7 @@ class Engine:
             root_type = op.type
             new_ops = commit(graph, plan, env, rule)
             st.applied += 1
-            c = out.coverage.get(root_type)
-            if c is not None:
-                rules, emitted = c.rules, c.emitted
-                rules[rule.name] = rules.get(rule.name, 0) + 1
-                for n in new_ops:
-                    emitted[n.type] = emitted.get(n.type, 0) + 1
+            _count(out, root_type, rule.name, new_ops)
             return rule.name, new_ops
         return None
 
@@ -276,10 +280,7 @@ class Engine:
         st.tries += 1
         st.matches += 1
         st.applied += 1
-        c = out.coverage.get(root_type)
-        if c is not None:
-            c.rules[rule.name] = c.rules.get(rule.name, 0) + 1
-            c.emitted[new_type] = c.emitted.get(new_type, 0) + 1
+        _count(out, root_type, rule.name, (op,))
         return rule.name, [op]
 
     def _fixpoint(self, graph: Graph, index: RuleIndex, what: str, out: Outcome, reasons,
