@@ -612,9 +612,8 @@ class _OpCheck:
     def _infer(self, sigs: tuple[Any, ...], params: Mapping[str, Any], outs: list[QnnTensor | None]) -> tuple:
         shapes = self.v.shapes
         try:
-            entry = self.v.ops.get(self.op.type)
-            own = entry is not None and (entry.package or PACKAGE) == self.op.package  # not another package's
-            inferred = entry.infer(sigs, params) if own else None
+            entry = self.v.ops.of_package(self.op.type, self.op.package)
+            inferred = entry.infer(sigs, params) if entry is not None else None
             if inferred is None and self.op.type == "Reshape" and sigs and sigs[0] is not None and outs \
                     and outs[0] is not None and hasattr(shapes, "check_reshape"):
                 shapes.check_reshape(sigs[0], outs[0].dims)

@@ -144,6 +144,12 @@ class QnnOps:
         entry = self.entries.get(name)
         return entry if entry is not None else self.entries.get(shapes.canonical_name(name))
 
+    def of_package(self, name: str, package: str) -> OpEntry | None:
+        """The entry of op `name` when it is `package`'s op (an op named so by another package, QNN's
+        usually, is not: its shape function and kernel do not apply)."""
+        entry = self.get(name)
+        return entry if entry is not None and (entry.package or QNN_PACKAGE) == package else None
+
     def op(self, name: str) -> OpDef | None:
         """The op definition of an op type, None when no definition names it (as `OpDefRegistry.op`,
         so code written against either finds ops the same way)."""

@@ -29,7 +29,7 @@ import numpy as np
 from qlower.diagnostics import QlowerError, did_you_mean, error
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import (
-    PACKAGE, EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorType,
+    EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorType,
 )
 from qlower.qnn.opdef import OpDefRegistry
 from qlower.qnn.registry import QnnOps
@@ -263,9 +263,7 @@ def kernel_registry() -> QnnOps:
 
 def _run_op(graph: QnnGraph, op: OpConfig, env: dict[str, np.ndarray], ops: QnnOps) -> None:
     subject = f"node {op.name}"
-    entry = ops.get(op.type)
-    if entry is not None and (entry.package or PACKAGE) != op.package:  # another package's op of that name
-        entry = None
+    entry = ops.of_package(op.type, op.package)
     kernel = entry.kernel if entry is not None else None
     if kernel is None:
         raise _fail(f"no reference kernel for {op.package}.{op.type}", subject, "no-kernel")
