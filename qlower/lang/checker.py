@@ -17,7 +17,7 @@ from qlower.lang import ast
 from qlower.lang.checker_rules import RuleChecker
 from qlower.lang.checker_sigs import BACKENDS, Context, Locator
 from qlower.lang.checker_tests import TestChecker
-from qlower.lang.checker_types import ATTR_TYPES, ExprTyper, suggest
+from qlower.lang.checker_types import ATTR_TYPES, DTYPE_CONSTANTS, ExprTyper, suggest
 from qlower.lang.names import qualify
 
 from qlower.lang.registry import TargetRegistry
@@ -378,7 +378,7 @@ def _check_define(ctx: Context, d: ast.Define) -> None:
 
     def walk(x) -> None:
         if isinstance(x, ast.Name):
-            if x.id not in params:
+            if x.id not in params and x.id not in DTYPE_CONSTANTS:  # (`f32` and the like are constants)
                 ctx.report(error(f"def `{d.name}` uses `{x.id}`, which is not its parameter", span=x.span,
                                  hint="a def sees only its parameters; pass the value as one", code="def-scope"))
             return

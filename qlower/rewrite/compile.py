@@ -10,7 +10,7 @@ import attrs
 from qlower.diagnostics import Span
 from qlower.graph.core import Op
 from qlower.lang import ast
-from qlower.rewrite.expr import compile_expr
+from qlower.rewrite.expr import compile_expr, truth
 from qlower.lang.functions import EvalError, FunctionTable
 from qlower.rewrite.match import LISTEN, OPS, MatchTrace, PatternCompiler, simple_root
 
@@ -134,10 +134,7 @@ def _finish(steps, env: Env) -> Env | None:
     try:
         for kind, payload, span in steps:
             if kind == "require":
-                ok = payload(env)
-                if ok is not True and ok is not False:
-                    raise GuardError(f"require needs true or false, got {ok!r}", span)
-                if not ok:
+                if not truth(payload(env), "require"):
                     for a in added:
                         del env[a]
                     if LISTEN in env:

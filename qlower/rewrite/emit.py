@@ -20,7 +20,7 @@ from qlower.lang import ast
 from qlower.qnn.params import ParamError, coerce_param
 from qlower.qnn.registry import QnnOps, ShapeError, Sig
 from qlower.rewrite.compile import CompiledRule
-from qlower.rewrite.expr import compile_expr
+from qlower.rewrite.expr import compile_expr, truth
 from qlower.lang.functions import EvalError, FunctionTable, RangeEncoding
 from qlower.rewrite.match import OPS
 
@@ -114,10 +114,8 @@ class EmitProgram:
         self.rule = rule
         if registry is not None and not isinstance(registry, QnnOps):
             registry = QnnOps.build(registry)
-        self.ops: QnnOps | None = registry
-        registry = self.registry = registry  # params and backend support: QnnOps.param / QnnOps.supported
+        self.registry: QnnOps | None = registry  # params, backend support and shape functions
         self.prefix = rule.target + "."  # the target dialect's ops (`qnn.`) are checked against `registry`
-        cut = len(self.prefix)
         root = rule.rule.matches[0]
         self.root_results = tuple(n for n in root.binders.names if n != "_")
         self.root_rest = root.binders.rest
@@ -128,6 +126,8 @@ class EmitProgram:
 
         self._support: dict[tuple[str, str], bool] = {}
         self._coerced: dict[tuple[str, Any], Any] = {}  # (param, scalar value) → QNN value
+        # (id of a dynamic-op item, its op type) → the item with that type, and its checked params
+        self._resolved: dict[tuple[int, str], tuple[ast.EmitOp, list]] = {}
         self._simple = self._simple_form()
         # a simple form binding the root's results in their own order can retype the root in place
         self._results_in_order = self._simple is not None and self.root_results == tuple(
@@ -171,8 +171,7 @@ class EmitProgram:
         if len(self.items) != 1 or self.items[0][0] != "op" or self.root_rest:
             return None
         _, item, args, params, props = self.items[0]
-        if props or item.fold or item.binders.rest or tuple(item.binders.names) != self.root_results \
-                or item.op_expr is not None:
+        if props or item.fold or item.binders.rest or tuple(item.binders.names) != self.root_results:
             return None
         if any(kind != "value" for kind, *_ in args):
             return None
@@ -217,9 +216,10 @@ class EmitProgram:
                     item, params = self._resolve_op(item, op_fn(env), params)
                     self._plan_op(plan, env, item, a, params, props, backend, rebound, produced)
                 elif kind == "if":
-                    ok = a(env)
-                    if ok is not True and ok is not False:
-                        raise EmitFailure(f"`if` needs true or false, got {ok!r}", item.cond.span or item.span)
+                    try:
+                        ok = truth(a(env), "`if`")
+                    except EvalError as exc:
+                        raise EmitFailure(str(exc), item.cond.span or item.span) from None
                     self._run(b[0] if ok else b[1], plan, env, backend, rebound, produced)
                 elif kind == "alias":
                     self._plan_alias(plan, env, item, rebound, produced)
@@ -232,9 +232,10 @@ class EmitProgram:
 
     def _resolve_op(self, item: ast.EmitOp, op: Any, params: list) -> tuple[ast.EmitOp, list]:
         """An op type known per match: a target op the registry has (a lowering rule emits no source
-        op this way), its params checked against it; memoised per op type."""
-        key = ("op", op)
-        got = self._coerced.get(key)
+        op this way), its params checked against it; memoised per item and op type (two items of one
+        rule resolving to one op type keep their own binders and operands)."""
+        key = (id(item), op)
+        got = self._resolved.get(key)
         if got is None:
             span = item.op_expr.span or item.span
             if not isinstance(op, str) or not op.startswith(self.prefix):
@@ -249,7 +250,7 @@ class EmitProgram:
                 if pdef is None and self.registry is not None:
                     raise EmitFailure(f"{op} has no param `{pname}`", pspan or span)
                 out.append((pname, fn, pdef, pspan))
-            got = self._coerced[key] = (attrs.evolve(item, op=op, op_expr=None), out)
+            got = self._resolved[key] = (attrs.evolve(item, op=op, op_expr=None), out)
         return got
 
     def _plan_simple(self, env: Env, root: Op, backend: str | None) -> Plan:
@@ -352,7 +353,8 @@ class EmitProgram:
         results: list[Any] = []
         sigs = None
         needs_sig = item.binders.rest or any(n not in self.root_results for n in names)
-        entry = self.ops.get(op_type[len(self.prefix):]) if needs_sig and is_qnn and self.ops is not None else None
+        entry = self.registry.get(op_type[len(self.prefix):]) if needs_sig and is_qnn and self.registry is not None \
+            else None
         if entry is not None:
             try:
                 sigs = entry.infer([_sig_of(o) for o in operands], attrs)

@@ -102,10 +102,15 @@ _BINARY: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def _truth(x: Any) -> bool:
+def truth(x: Any, what: str = "") -> bool:
+    """`x` as a condition (`and`, `if`, `require`): a bool, numpy's included; anything else is an
+    EvalError naming `what` needs it."""
     if not isinstance(x, (bool, np.bool_)):
-        raise EvalError(f"expected true or false, got {_describe(x)}")
+        raise EvalError(f"{what + ' needs' if what else 'expected'} true or false, got {_describe(x)}")
     return bool(x)
+
+
+_truth = truth
 
 
 def _index(seq: Any, i: Any) -> Any:

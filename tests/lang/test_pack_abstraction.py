@@ -182,6 +182,29 @@ def test_a_dynamic_op_type_is_checked_when_the_rule_emits(tmp_path: Path) -> Non
     assert (err.span.line, err.span.column) == (9, 21)  # the op-type expression of the call
 
 
+def test_two_dynamic_op_items_of_one_type_keep_their_own_operands(tmp_path: Path) -> None:
+    """A fragment applying its op-type parameter twice (and a rule calling such a fragment twice):
+    both items resolve to one op type per match, yet each keeps its own binders and operands."""
+    rules = load_text(tmp_path, "import mllm.ops\n\nfragment twice(x, k: op) -> y {\n  a = k(x)\n  y = k(a)\n}\n\n"
+                                "rule r {\n  match y = mllm.ReLU(x)\n  emit {\n"
+                                "    u = twice(x, \"qnn.\" ++ \"Relu\")\n    y = twice(u, \"qnn.\" ++ \"Relu\")\n  }\n}\n")
+    res = lower(_relu_graph((2, 3), "mllm.ReLU"), rules, "cpu")
+    assert res.ok, [str(d) for d in res.errors]
+    ops = res.graph.topo_order()
+    assert [op.type for op in ops] == ["qnn.Relu"] * 4
+    chain = [ops[0].operands[0]] + [op.results[0] for op in ops]
+    assert all(op.operands == [chain[i]] for i, op in enumerate(ops))  # x → a → u → a' → y, in order
+
+
+def test_a_def_may_use_dtype_constants(tmp_path: Path) -> None:
+    """`f32` is a constant, not a name the def must take as a parameter."""
+    rules = load_text(tmp_path, "import mllm.ops\n\ndef zero_fill(s) = full(s, 0.0, f32)\n\n"
+                                "rule r {\n  match y = mllm.ReLU(x)\n"
+                                "  emit y = qnn.ElementWiseMaximum(x, tensor(zero_fill(shape(x))))\n}\n")
+    res = lower(_relu_graph((2, 3), "mllm.ReLU"), rules, "cpu")
+    assert res.ok and [op.type for op in res.graph.ops] == ["qnn.ElementWiseMaximum"]
+
+
 # ---------------------------------------------------------------- the law
 
 _ABSTRACT = """import mllm.ops
