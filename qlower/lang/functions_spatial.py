@@ -228,16 +228,6 @@ def _resize_axes(in_shape: list[int], out_shape: list[int], scales: list[float],
     return [[full[a]] + lohi[a] for a in range(r)]
 
 
-def _window_onehot(kernel: list[int], dtype: str) -> np.ndarray:
-    """[kh, kw, 1, kh·kw] Conv2d filter whose output channel k copies window tap k (row-major):
-    a convolution with it lays every pooling window out along the channels (im2col)."""
-    if len(kernel) != 2 or min(int(k) for k in kernel) < 1:
-        raise EvalError(f"window_onehot needs a 2-D kernel of positive sizes, got {kernel}")
-    kh, kw = (int(k) for k in kernel)
-    w = np.eye(kh * kw, dtype=_dtype(dtype)).reshape(kh, kw, 1, kh * kw)
-    return w
-
-
 def _pool_argmax_offsets(spatial: list[int], kernel: list[int], dilations: list[int], storage_order: int) -> np.ndarray:
     """[kh·kw] int32: how far window tap k lies from the window's first tap in ONNX MaxPool's flat
     Indices (storage_order 0 row-major, 1 column-major)."""
@@ -277,8 +267,6 @@ def _pool_window_valid(spatial: list[int], kernel: list[int], strides: list[int]
 
 
 SPATIAL_FUNCTIONS: tuple[Function, ...] = (
-    Function("window_onehot", ("list[int]", "dtype"), "tensor", _window_onehot,
-             doc="[kh, kw, 1, kh*kw] Conv2d filter copying each window tap to its own channel (im2col)"),
     Function("pool_argmax_offsets", ("list[int]", "list[int]", "list[int]", "int"), "tensor", _pool_argmax_offsets,
              doc="[kh*kw] int32 offsets of window taps in MaxPool's flat Indices (spatial, kernel, dilations, "
                  "storage_order)"),

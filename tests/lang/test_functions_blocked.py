@@ -1,4 +1,4 @@
-"""Built-ins behind blocked quantization and MaxPool's Indices (block_expand, window_onehot,
+"""Built-ins behind blocked quantization and MaxPool's Indices (block_expand,
 pool_argmax_offsets, pool_argmax_base, pool_window_valid): shapes, laws and clear errors. Their
 values end to end are checked against onnx.reference in tests/frontends/test_onnx_blocked_and_argmax.py."""
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from qlower.lang.functions import EvalError
 from qlower.lang.functions_shape import _block_expand
-from qlower.lang.functions_spatial import _pool_argmax_base, _pool_argmax_offsets, _pool_window_valid, _window_onehot
+from qlower.lang.functions_spatial import _pool_argmax_base, _pool_argmax_offsets, _pool_window_valid
 
 
 @settings(max_examples=50, deadline=None)
@@ -35,16 +35,6 @@ def test_block_expand_refuses_a_wrong_block_count():
         _block_expand(np.zeros((2, 3)), 1, 2, 4)
     with pytest.raises(EvalError, match="block_size must be positive"):
         _block_expand(np.zeros((2, 3)), 1, 0, 4)
-
-
-def test_window_onehot_copies_each_tap_to_its_channel():
-    w = _window_onehot([2, 3], "f32")
-    assert w.shape == (2, 3, 1, 6) and w.dtype == np.float32
-    for i in range(2):
-        for j in range(3):
-            assert w[i, j, 0].tolist() == [1.0 if k == i * 3 + j else 0.0 for k in range(6)]
-    with pytest.raises(EvalError, match="2-D kernel"):
-        _window_onehot([3], "f32")
 
 
 @settings(max_examples=50, deadline=None)
