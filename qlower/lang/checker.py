@@ -17,7 +17,7 @@ from qlower.lang import ast
 from qlower.lang.checker_rules import RuleChecker
 from qlower.lang.checker_sigs import BACKENDS, Context, Locator
 from qlower.lang.checker_tests import TestChecker
-from qlower.lang.checker_types import ATTR_TYPES, DTYPE_CONSTANTS, ExprTyper, suggest
+from qlower.lang.checker_types import ATTR_TYPES, DTYPE_CONSTANTS, ExprTyper, suggest, unknown_backend
 from qlower.lang.names import qualify
 
 from qlower.lang.registry import TargetRegistry
@@ -59,7 +59,7 @@ CODES: dict[str, str] = {
     "call-arity": "a call with the wrong number of arguments",
     "type-mismatch": "an expression of the wrong type",
     "unknown-dtype": "a dtype name that does not exist",
-    "unknown-backend": "a backend other than cpu, gpu, htp, dsp, lpai",
+    "unknown-backend": "a backend name that is not one of qlower.qnn.backends.BACKENDS",
     "backend-decided": "an `if` or `require` that `backend()` decides alike on every backend of the rule (warning)",
     "rest-position": "a rest capture `xs...` that is not the last operand",
     "dim-rest": "more than one `...` in a shape pattern",
@@ -178,8 +178,7 @@ def _check_compute(ctx: Context, c: ast.ComputeDecl) -> None:
                              span=ctx.locate.find(c.span, op), code="unknown-op"))
     for b in c.backends or ():
         if b not in BACKENDS:
-            ctx.report(error(f"unknown backend `{b}`", span=ctx.locate.find(c.span, b), code="unknown-backend",
-                             hint=f"one of {', '.join(BACKENDS)}"))
+            ctx.report(unknown_backend(b, ctx.locate.find(c.span, b)))
 
 
 def _check_decl(ctx: Context, d: ast.OpDecl) -> None:

@@ -16,7 +16,7 @@ from qlower.diagnostics import Diagnostic, Note, Severity, SourceCache, Span, er
 from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
 from qlower.lang.checker_types import (ATTR_TYPES, ExprTyper, assignable, dtype_literal_ok, literal_type, suggest,
-                                       suggest_name)
+                                       suggest_name, unknown_backend)
 from qlower.lang.registry import TargetParam, TargetRegistry
 from qlower.lang.functions import FunctionTable
 from qlower.qnn.backends import BACKENDS
@@ -202,9 +202,7 @@ class Context:
     def check_backends(self, names: Sequence[str] | None, span: Span | None) -> None:
         for b in names or ():
             if b not in BACKENDS:
-                self.report(error(f"unknown backend `{b}`", span=self.locate.find(span, b, after="backends"),
-                                  hint=suggest(b, BACKENDS) or f"backends are {', '.join(BACKENDS)}",
-                                  code="unknown-backend"))
+                self.report(unknown_backend(b, self.locate.find(span, b, after="backends")))
 
     def check_arity(self, sig: OpSig, n_fixed: int, open_: bool, span: Span | None) -> None:
         """`n_fixed` operands, plus any number more when `open_` (a rest capture or `xs...` arg)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable
 
-from qlower.diagnostics import Note, Span, did_you_mean, error
+from qlower.diagnostics import Diagnostic, Note, Span, did_you_mean, error
 from qlower.graph.types import DTYPE_ALIASES, DTYPE_NAMES, canonical_dtype
 from qlower.lang import ast
 from qlower.lang.backend import unknown_backends
@@ -106,6 +106,13 @@ def suggest_name(name: str, candidates: Iterable[str]) -> str | None:
         return next(c for c in pool if c in ties)
     hint = did_you_mean(name, pool)  # its case-insensitive second try
     return hint[len("did you mean `"):-2] if hint else None
+
+
+def unknown_backend(name: str, span: Span | None) -> Diagnostic:
+    """The one message for a backend name that is not one of BACKENDS (in `backends(...)`, a
+    `compute`, or compared with `backend()`)."""
+    return error(f"unknown backend `{name}`", span=span, code="unknown-backend",
+                 hint=suggest(name, BACKENDS) or f"backends are {', '.join(BACKENDS)}")
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str | None:
@@ -262,8 +269,7 @@ class ExprTyper:
         a, b = self.infer(e.left), self.infer(e.right)
         op = e.op
         for lit in unknown_backends(e, BACKENDS):
-            self.report(error(f"unknown backend `{lit.value}`", span=lit.span, code="unknown-backend",
-                              hint=suggest(lit.value, BACKENDS) or f"backend() is one of {', '.join(BACKENDS)}"))
+            self.report(unknown_backend(lit.value, lit.span))
         if op in ("and", "or"):
             for side, t in ((e.left, a), (e.right, b)):
                 if not assignable(t, "bool"):
