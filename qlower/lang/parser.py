@@ -7,6 +7,7 @@ author's words, never lark's token names.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import lark
@@ -55,6 +56,14 @@ def parse(text: str, file: str = "<string>") -> ast.Module:
         FILE.reset(token)
         DEPTH.reset(depth_token)
     return with_inlined_rules(_attach_docs(ast.Module(file, tuple(items), tuple(comments))))
+
+
+def _line_before(text: str, tok: lark.Token) -> str:
+    """The text of the token's line before it (empty when lark gave no position)."""
+    pos = getattr(tok, "start_pos", None)
+    if pos is None or tok.type == "$END":
+        return ""
+    return text[text.rfind("\n", 0, pos) + 1:pos]
 
 
 def _describe_error(text: str, file: str) -> Diagnostic:
@@ -217,6 +226,9 @@ def _syntax_diagnostic(exc: lark.exceptions.UnexpectedInput, text: str, file: st
         hint = did_you_mean(str(exc.token.value), keywords)
     if "RBRACE" in expected and found == "end of file":
         hint = "a `{` block is not closed"
+    if isinstance(exc, lark.exceptions.UnexpectedToken) and re.match(r"\s*if\s*$", _line_before(text, exc.token)):
+        # `if` read as a result name: an emit `if` whose `{` is not on its line (or whose condition wraps)
+        hint = "in emit, an `if` keeps its condition and `{` on the `if`'s line"
     msg = f"unexpected {found}"
     if words:
         msg += "; expected " + _join(words)
