@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import tarfile
 from collections.abc import Callable, Container, Iterable
+from itertools import chain
 from typing import BinaryIO
 
 import attrs
@@ -297,8 +298,9 @@ def plan(graph: QnnGraph) -> Layout:
             seen.add(name)
     odd_nodes = [n for n in names if not (n.isascii() and n.isidentifier())]
     op_types = {op.type for op in ops}
-    produced = {n for op in ops for n in op.outputs}
-    if not (all(map(known, produced)) and all(map(known, (n for op in ops for n in op.inputs)))):
+    # (lists of the ops' name lists, flattened in C: no Python frame per op or name)
+    produced = set(chain.from_iterable([op.outputs for op in ops]))
+    if not (all(map(known, produced)) and all(map(known, chain.from_iterable([op.inputs for op in ops])))):
         for op in ops:
             n = next((n for n in (*op.inputs, *op.outputs) if n not in tensors), None)
             if n is not None:
