@@ -18,7 +18,9 @@ from qlower.lang.checker_rules import RuleChecker
 from qlower.lang.checker_sigs import BACKENDS, Context, Locator
 from qlower.lang.checker_tests import TestChecker
 from qlower.lang.checker_types import ATTR_TYPES, DTYPE_CONSTANTS, ExprTyper, suggest, unknown_backend
+from qlower.lang.formatter_parts import format_expr
 from qlower.lang.names import qualify
+from qlower.lang.optypes import emitted_op_types
 
 from qlower.lang.registry import TargetRegistry
 from qlower.lang.functions import FunctionTable
@@ -40,6 +42,7 @@ CODES: dict[str, str] = {
     "unknown-type": "an attribute type that does not exist",
     "unknown-op": "a source op that is not declared",
     "unknown-target-op": "a `qnn.*` op the registry does not know",
+    "dynamic-source-op": "an op type given per match (`k: op` passed an expression) that can be a non-`qnn.*` op",
     "unknown-attr": "an attribute the source op does not declare",
     "unknown-param": "a param the QNN op does not have",
     "attr-literal-type": "a pattern literal of the wrong type for its attribute",
@@ -77,6 +80,7 @@ CODES: dict[str, str] = {
     "unused-let": "a `let` never used (warning)",
     "unused-value": "an emitted value never used (warning)",
     "shadowed-rule": "a rule that an earlier-tried catch-all rule hides (warning)",
+    "self-feeding": "a rule matching every op of its root type that emits that type again (never converges)",
     "mixed-emit": "a rule emitting both QNN and source ops (note)",
     "duplicate-rule": "two rules with one name",
     "duplicate-test": "two tests with one name",
@@ -281,14 +285,19 @@ def _matches_all(ctx: Context, rule: ast.Rule) -> bool:
 
 
 def _check_self_feeding(ctx: Context, rule: ast.Rule) -> None:
-    """A rewrite that matches every op of its root type and emits that type again never stops."""
+    """A rewrite that matches every op of its root type and emits that type again never stops (an op
+    type given per match counts when it can be a root type: `optype(y)` of the root always can; it emits
+    target ops only, so only cleanup rules feed themselves that way)."""
     if not rule.matches or any(isinstance(s, ast.Require) for s in rule.body):
         return
-    roots = set(rule.matches[0].pattern.op_types)
-    again = [i for i in rule.emits if isinstance(i, ast.EmitOp) and i.op in roots and i.op_expr is None]
+    roots = rule.matches[0].pattern.op_types
+    types = emitted_op_types(rule)
+    again = [(i, t) for i in rule.emits if isinstance(i, ast.EmitOp)
+             for t in (types.get(id(i)) or ()) if t in roots and (i.op_expr is None or ctx.is_target(t))]
     if again and _matches_all(ctx, rule):
-        item = again[0]
-        ctx.report(error(f"rule `{rule.name}` matches every {item.op} and emits {item.op} again: it would rewrite "
+        item, op = again[0]
+        when = "" if item.op_expr is None else f", when {format_expr(item.op_expr)} is {op},"
+        ctx.report(error(f"rule `{rule.name}` matches every {op} and{when} emits {op} again: it would rewrite "
                          f"its own output forever", span=ctx.locate.find(item.span, item.op),
                          hint="constrain the match (a `require`, an attribute or a value type) so the emitted op "
                               "no longer matches", code="self-feeding"))

@@ -161,6 +161,13 @@ class Context:
         self.diagnostics.append(d)
         self.errors += d.is_error
 
+    def retell(self, since: int, prefix: str) -> None:
+        """Prefix the findings reported since `since` (a count of them) with `prefix`: which of several
+        op types an item can have they are about."""
+        for i in range(since, len(self.diagnostics)):
+            d = self.diagnostics[i]
+            self.diagnostics[i] = attrs.evolve(d, message=prefix + d.message)
+
     def note(self, message: str, span: Span | None, code: str) -> None:
         self.report(Diagnostic(Severity.NOTE, message, span=span, code=code))
 
