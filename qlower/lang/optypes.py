@@ -30,9 +30,10 @@ class _State:
     values: dict[str, OpTypes] = attrs.field(factory=dict)
     lets: dict[str, OpTypes] = attrs.field(factory=dict)
     lists: set[str] = attrs.field(factory=set)  # `ys...` binders of a match: `optype(ys[i])`
+    dead: bool = False  # a point never reached (a narrowing left some op type no choice)
 
     def copy(self) -> _State:
-        return _State(dict(self.values), dict(self.lets), set(self.lists))
+        return _State(dict(self.values), dict(self.lets), set(self.lists), self.dead)
 
 
 def _union(parts: Iterable[OpTypes]) -> OpTypes:
@@ -57,6 +58,8 @@ def _producer(e: ast.Expr, st: _State) -> str | None:
 
 
 def _types(e: ast.Expr | None, st: _State) -> OpTypes:
+    if st.dead:
+        return ()
     if isinstance(e, ast.Literal):
         return (e.value,) if isinstance(e.value, str) else None
     if isinstance(e, ast.Name):
@@ -99,6 +102,7 @@ def _narrow(st: _State, cond: ast.Expr, truth: bool) -> _State:
     out = st.copy()
     have = getattr(out, table)
     have[name] = tuple(t for t in have[name] if (t in lits) == keep)
+    out.dead = out.dead or not have[name]
     return out
 
 
@@ -161,7 +165,7 @@ def _items(items: Iterable[ast.EmitItem], st: _State, out: dict[int, OpTypes]) -
         elif isinstance(item, ast.EmitLet):
             st.lets[item.name] = _types(item.expr, st)
         elif isinstance(item, ast.EmitOp):
-            types = (item.op,) if item.op_expr is None else _types(item.op_expr, st)
+            types = () if st.dead else (item.op,) if item.op_expr is None else _types(item.op_expr, st)
             out[id(item)] = types
             _bind(item.binders, types, st)
         elif isinstance(item, ast.EmitAlias):
@@ -172,7 +176,14 @@ def _items(items: Iterable[ast.EmitItem], st: _State, out: dict[int, OpTypes]) -
 
 
 def _merge(before: _State, a: _State, b: _State) -> _State:
-    """After an `if`: a name has the types either branch gave it (the narrowing of the branches ends)."""
+    """After an `if`: a name has the types either branch gave it (the narrowing of the branches ends);
+    a branch never taken gives nothing."""
+    if a.dead or b.dead:
+        if a.dead and b.dead:
+            out = before.copy()
+            out.dead = True
+            return out
+        return b if a.dead else a
     out = before.copy()
     for table in ("values", "lets"):
         ta, tb, to = getattr(a, table), getattr(b, table), getattr(out, table)
