@@ -137,21 +137,22 @@ class RuleChecker(PatternChecker):
             t = self.typer.infer(item.expr)
             self._define(item.name, "let", t, self._at(item.span, item.name, after="let"))
             return
-        if isinstance(item, ast.EmitOp) and item.op_expr is not None:
-            self._dynamic_op(item)
-        elif isinstance(item, ast.EmitOp):
-            op_span = self._at(item.span, item.op)
-            sig = ctx.resolve(item.op, op_span)
-            for a in item.args:
-                self._arg(a)
-            if sig is not None:
-                ctx.check_args(sig, item.args, op_span)
-                ctx.check_params(sig, item.params, self.typer, op_span)
-                ctx.check_results(sig, item.binders, item.binders.span)
-                self.emitted.setdefault(sig.target, sig.name)
+        if isinstance(item, ast.EmitOp):
+            if item.op_expr is not None:
+                self._dynamic_op(item)
             else:
-                for p in item.params:
-                    self.typer.infer(p.expr)
+                op_span = self._at(item.span, item.op)
+                sig = ctx.resolve(item.op, op_span)
+                for a in item.args:
+                    self._arg(a)
+                if sig is not None:
+                    ctx.check_args(sig, item.args, op_span)
+                    ctx.check_params(sig, item.params, self.typer, op_span)
+                    ctx.check_results(sig, item.binders, item.binders.span)
+                    self.emitted.setdefault(sig.target, sig.name)
+                else:
+                    for p in item.params:
+                        self.typer.infer(p.expr)
             ctx.check_props(item.props, self.typer)
             fresh = [n for n in item.binders.names if n != "_" and n not in self.results]
             if item.props and (len(fresh) > 1 or item.binders.rest):
@@ -208,7 +209,6 @@ class RuleChecker(PatternChecker):
                     ctx.check_results(sig, item.binders, item.binders.span)
                     self.emitted.setdefault(sig.target, sig.name)
                 ctx.retell(since, f"when {what} is {op}: ")
-        ctx.check_props(item.props, self.typer)
 
     def _optional_names(self) -> set[str]:
         return set(ast.optional_captures(self.rule))
