@@ -114,6 +114,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     """
     ctx = Context(registry, functions, Locator(sources))
     ctx.defines.update({d.name: len(d.params) for m in modules for d in m.defines})
+    ctx.recursive_defs.update(_recursive_defs([d for m in modules for d in m.defines]))
     for m in modules:
         for d in m.ops:
             _check_decl(ctx, d)
@@ -401,6 +402,31 @@ def _check_define(ctx: Context, d: ast.Define) -> None:
     walk(d.expr)
     if any(c.func == d.name for c in def_calls(d.expr, {d.name: d})):
         ctx.report(error(f"def `{d.name}` calls itself", span=at, code="def-recursive"))
+    elif d.name in ctx.recursive_defs:
+        ctx.report(error(f"def `{d.name}` calls itself through another def", span=at, code="def-recursive"))
+
+
+def _recursive_defs(defs: Sequence[ast.Define]) -> set[str]:
+    """Defs that reach themselves through calls of defs; a name with two defs (two packs) is left out,
+    as which one a call means depends on where it is."""
+    from qlower.lang.fragments import def_calls  # noqa: PLC0415
+
+    names = [d.name for d in defs]
+    one = {d.name: d for d in defs if names.count(d.name) == 1}
+    calls = {n: {c.func for c in def_calls(d.expr, one) if len(one[c.func].params) == len(c.args)}
+             for n, d in one.items()}
+    out: set[str] = set()
+    for name in one:
+        seen: set[str] = set()
+        todo = list(calls[name])
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(calls[n])
+        if name in seen:
+            out.add(name)
+    return out
 
 
 def _check_overrides(ctx: Context, modules: Sequence[ast.Module]) -> set[int]:

@@ -193,7 +193,7 @@ class RuleChecker(PatternChecker):
         if options is not None:
             quiet = ExprTyper(ctx.functions, lambda d: None, self.typer.lookup, self.typer.candidates,
                               self.typer.later)
-            quiet.defines = self.typer.defines
+            quiet.defines, quiet.recursive = self.typer.defines, self.typer.recursive
             text = format_expr(item.op_expr)
             what = text if len(text) <= 40 else f"the op type `{item.op}`"
             at = item.op_expr.span or item.span

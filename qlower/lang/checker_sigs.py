@@ -143,6 +143,9 @@ class Context:
     decls: dict[str, ast.OpDecl] = attrs.field(factory=dict)
     rules: dict[str, ast.Rule] = attrs.field(factory=dict)
     defines: dict[str, int] = attrs.field(factory=dict)  # every `def` by name → its parameter count
+    # defs that call themselves (directly or through other defs): reported at the def, so a call of one
+    # is not reported again where it is used
+    recursive_defs: set[str] = attrs.field(factory=set)
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
     _sigs: dict[str, OpSig | None] = attrs.field(factory=dict)
     _target_names: list[str] | None = None
