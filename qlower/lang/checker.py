@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-import attrs
-
 from qlower.diagnostics import Diagnostic, Note, SourceCache, did_you_mean, error, warning
 from qlower.lang import ast
 from qlower.lang.checker_rules import RuleChecker
@@ -385,21 +383,10 @@ def _check_define(ctx: Context, d: ast.Define) -> None:
     if len(params) != len(d.params):
         ctx.report(error(f"def `{d.name}` names a parameter twice", span=at, code="duplicate-name"))
 
-    def walk(x) -> None:
-        if isinstance(x, ast.Name):
-            if x.id not in params and x.id not in DTYPE_CONSTANTS:  # (`f32` and the like are constants)
-                ctx.report(error(f"def `{d.name}` uses `{x.id}`, which is not its parameter", span=x.span,
-                                 hint="a def sees only its parameters; pass the value as one", code="def-scope"))
-            return
-        if isinstance(x, ast.Literal) or x is None:
-            return
-        for fld in attrs.fields(type(x)):
-            v = getattr(x, fld.name)
-            for i in (v if isinstance(v, tuple) else (v,)):
-                if attrs.has(type(i)):
-                    walk(i)
-
-    walk(d.expr)
+    for x in ast.iter_nodes(d.expr):
+        if isinstance(x, ast.Name) and x.id not in params and x.id not in DTYPE_CONSTANTS:  # (`f32` is a constant)
+            ctx.report(error(f"def `{d.name}` uses `{x.id}`, which is not its parameter", span=x.span,
+                             hint="a def sees only its parameters; pass the value as one", code="def-scope"))
     if any(c.func == d.name for c in def_calls(d.expr, {d.name: d})):
         ctx.report(error(f"def `{d.name}` calls itself", span=at, code="def-recursive"))
     elif d.name in ctx.recursive_defs:
