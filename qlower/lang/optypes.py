@@ -18,7 +18,7 @@ import attrs
 
 from qlower.lang import ast
 
-__all__ = ["OpTypes", "emitted_op_types", "expr_op_types"]
+__all__ = ["OpTypes", "emitted_op_types", "expr_op_types", "fragment_op_types"]
 
 OpTypes = tuple[str, ...] | None  # the op types an item can have, in source order; None: open
 
@@ -200,3 +200,18 @@ def expr_op_types(e: ast.Expr, rule: ast.Rule) -> OpTypes:
         if not isinstance(s, ast.Emit):
             st = _statement(s, st, {})
     return _types(e, st)
+
+
+def fragment_op_types(fragment: ast.Fragment, param: str, rules: Iterable[ast.Rule]) -> OpTypes:
+    """The op types a fragment's `k: op` parameter `param` is given over every call of it in `rules`
+    (rules as loaded, calls inlined): the union of what each call site passes, () when nothing calls it,
+    None when a call passes an open expression. A `k` passed on to another fragment is not followed."""
+    spans = {i.span for i in ast.flat_items(fragment.body)
+             if isinstance(i, ast.FragmentCall) and i.name == param and i.span is not None}
+    found: list[OpTypes] = []
+    for rule in rules:
+        items = [i for i in rule.emits if isinstance(i, ast.EmitOp) and i.span in spans]
+        if items:
+            types = emitted_op_types(rule)
+            found.extend(types[id(i)] for i in items)
+    return _union(found)

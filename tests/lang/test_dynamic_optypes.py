@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from qlower.api import lower
 from qlower.graph import Graph
 from qlower.lang.loader import check_paths
-from qlower.lang.optypes import emitted_op_types, expr_op_types
+from qlower.lang.optypes import emitted_op_types, expr_op_types, fragment_op_types
 from qlower.lang.parser import parse
 from tests.rewrite.rewrite_support import load_text, registry
 
@@ -62,6 +62,19 @@ def test_an_expression_alone_is_asked_about_where_the_rule_emits() -> None:
     p, q = call.rules[0].emits[0].params
     assert expr_op_types(p.expr, rule) == ("demo.A", "demo.B")
     assert expr_op_types(q.expr, rule) == ("demo.C",)
+
+
+def test_a_fragments_op_parameter_has_the_union_of_its_calls() -> None:
+    base = _DECLS % "" + "rule r {\n  match y = demo.A | demo.B(x)\n  emit y = apply(x, %s)\n}\n"
+    other = "\nrule s {\n  match y = demo.C(x)\n  emit y = apply(x, qnn.Sigmoid)\n}\n"
+    cases = [("qnn.Relu", ("qnn.Relu", "qnn.Sigmoid")),
+             ('"qnn.Tanh" if optype(y) == "demo.A" else "qnn.Relu"', ("qnn.Tanh", "qnn.Relu", "qnn.Sigmoid")),
+             ('"qnn." ++ "Relu"', None)]  # one open call: open
+    for arg, want in cases:
+        m = parse(base % arg + other)
+        assert fragment_op_types(m.fragments[0], "k", m.rules) == want
+    alone = parse(_DECLS % "")
+    assert fragment_op_types(alone.fragments[0], "k", alone.rules) == ()
 
 
 # ---------------------------------------------------------------- the law
