@@ -125,10 +125,11 @@ def _bind_pattern(p: ast.OpPattern, st: _State) -> None:
     st.values.update(operand(p))
 
 
-def _bind(binders: ast.Binders, types: OpTypes, st: _State) -> None:
+def _bind(binders: ast.Binders, types: OpTypes, st: _State, default: bool = False) -> None:
+    """`binders` now name values of `types`; a default (`b ?= ...`) only when `b` is absent, so either."""
     for n in binders.names:
         if n != "_":
-            st.values[n] = types
+            st.values[n] = _union((st.values.get(n), types)) if default else types
             st.lists.discard(n)
 
 
@@ -167,9 +168,9 @@ def _items(items: Iterable[ast.EmitItem], st: _State, out: dict[int, OpTypes]) -
         elif isinstance(item, ast.EmitOp):
             types = () if st.dead else (item.op,) if item.op_expr is None else _types(item.op_expr, st)
             out[id(item)] = types
-            _bind(item.binders, types, st)
+            _bind(item.binders, types, st, item.default)
         elif isinstance(item, ast.EmitAlias):
-            _bind(item.binders, st.values.get(item.source), st)
+            _bind(item.binders, st.values.get(item.source), st, item.default)
         else:
             _bind(item.binders, None, st)
     return st

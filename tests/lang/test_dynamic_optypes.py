@@ -44,6 +44,12 @@ def test_the_value_an_emitted_item_rebinds_has_the_emitted_type_after_it() -> No
                             ("qnn.Transpose",)]
 
 
+def test_a_default_leaves_the_value_either_what_it_was_or_the_default() -> None:
+    text = ("rule r {\n  match y = demo.A(x, b?)\n  emit {\n    b ?= qnn.Sigmoid(x)\n    t = apply(b, optype(b))\n"
+            "    y = qnn.Relu(t)\n  }\n}\n" + _DECLS % "")
+    assert _types(text) == [("qnn.Sigmoid",), None, ("qnn.Relu",)]  # b captured: its producer is open
+
+
 def test_require_and_emit_if_narrow_and_a_dead_branch_has_none() -> None:
     text = ("rule r {\n  match y = demo.A | demo.B | demo.C(x)\n  require optype(y) != \"demo.C\"\n  let k = optype(y)\n"
             "  emit {\n    if optype(y) == \"demo.A\" {\n      y = apply(x, optype(y))\n"
