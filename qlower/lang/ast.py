@@ -6,7 +6,8 @@ same thing: `parse(format(x)) == parse(x)` is a meaningful check.
 
 from __future__ import annotations
 
-from typing import Union
+from collections.abc import Callable, Iterator
+from typing import Any, Union
 
 import attrs
 
@@ -18,6 +19,48 @@ def _span() -> attrs.Attribute:
 
 
 node = attrs.frozen
+
+
+def _is_node(v: Any) -> bool:
+    return attrs.has(type(v)) and not isinstance(v, Span)
+
+
+def child_nodes(x: Any) -> Iterator[Any]:
+    """The nodes directly inside node `x`: fields that are nodes, and the nodes in tuple fields."""
+    for f in attrs.fields(type(x)):
+        v = getattr(x, f.name)
+        if isinstance(v, tuple):
+            yield from (i for i in v if _is_node(i))
+        elif _is_node(v):
+            yield v
+
+
+def iter_nodes(x: Any) -> Iterator[Any]:
+    """`x` (a node, a tuple of nodes, or None) and every node inside it, each before its children: the one
+    walk behind the searches over a tree (a call of `backend()`, of a def, a name a def uses)."""
+    stack = list(reversed(x)) if isinstance(x, tuple) else [x]
+    while stack:
+        n = stack.pop()
+        if _is_node(n):
+            yield n
+            stack.extend(reversed(tuple(child_nodes(n))))
+
+
+def map_children(x: Any, fn: Callable[[Any], Any]) -> Any:
+    """Node `x` with `fn` applied to each node directly inside it (alone or in a tuple of nodes): the one
+    rebuild behind rewrites of a tree (inlining, `backend()` decided). `x` itself when `fn` changes none."""
+    changes = {}
+    for f in attrs.fields(type(x)):
+        v = getattr(x, f.name)
+        if isinstance(v, tuple) and v and _is_node(v[0]):
+            new = tuple(fn(i) for i in v)
+            if any(a is not b for a, b in zip(new, v)):
+                changes[f.name] = new
+        elif _is_node(v):
+            new = fn(v)
+            if new is not v:
+                changes[f.name] = new
+    return attrs.evolve(x, **changes) if changes else x
 
 # ----------------------------------------------------------------- expressions
 

@@ -93,7 +93,7 @@ def _expr(e: Any, backend: str) -> Any:
         return ast.Literal(backend, span=e.span)
     if not attrs.has(type(e)) or isinstance(e, (ast.Name, ast.Literal)):
         return e
-    y = _children(e, lambda c: _expr(c, backend))
+    y = ast.map_children(e, lambda c: _expr(c, backend))
     if isinstance(y, ast.Conditional):
         c = _value(y.cond)
         if isinstance(c, bool):
@@ -105,21 +105,6 @@ def _expr(e: Any, backend: str) -> Any:
         if isinstance(y, ast.Binary) and y.op in ("and", "or") and _value(y.left) is (y.op == "and"):
             return y.right  # `true and p`, `false or p`: p (still checked to be a bool where it is used)
     return y
-
-
-def _children(x: Any, fn) -> Any:
-    changes = {}
-    for f in attrs.fields(type(x)):
-        v = getattr(x, f.name)
-        if attrs.has(type(v)):
-            new = fn(v)
-        elif isinstance(v, tuple) and v and attrs.has(type(v[0])):
-            new = tuple(fn(i) for i in v)
-        else:
-            continue
-        if new is not v:
-            changes[f.name] = new
-    return attrs.evolve(x, **changes) if changes else x
 
 
 def _items(items: Sequence[Any], backend: str) -> tuple:
@@ -135,7 +120,7 @@ def _items(items: Sequence[Any], backend: str) -> tuple:
                                 otherwise=_items(item.otherwise, backend))
             out.append(item)
         else:
-            out.append(_children(item, lambda c: _expr(c, backend)))
+            out.append(ast.map_children(item, lambda c: _expr(c, backend)))
     return tuple(out)
 
 
@@ -147,13 +132,7 @@ def decide(e: ast.Expr, backend: str) -> bool | None:
 
 def mentions_backend(x: Any) -> bool:
     """Whether `backend()` occurs anywhere in `x` (an AST node or a tuple of them)."""
-    if is_backend_call(x):
-        return True
-    if isinstance(x, tuple):
-        return any(mentions_backend(i) for i in x)
-    if not attrs.has(type(x)) or isinstance(x, (ast.Name, ast.Literal)):
-        return False
-    return any(mentions_backend(getattr(x, f.name)) for f in attrs.fields(type(x)))
+    return any(is_backend_call(n) for n in ast.iter_nodes(x))
 
 
 def for_backend(rule: ast.Rule, backend: str | None) -> ast.Rule:
@@ -167,7 +146,7 @@ def for_backend(rule: ast.Rule, backend: str | None) -> ast.Rule:
         if isinstance(s, ast.Emit):
             body.append(attrs.evolve(s, items=_items(s.items, backend)))
             continue
-        s = _children(s, lambda c: _expr(c, backend))
+        s = ast.map_children(s, lambda c: _expr(c, backend))
         if isinstance(s, ast.Require) and _value(s.expr) is True:
             continue
         body.append(s)

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-import attrs
-
 from qlower.diagnostics import Diagnostic, Note, SourceCache, did_you_mean, error, warning
 from qlower.lang import ast
 from qlower.lang.checker_rules import RuleChecker
 from qlower.lang.checker_sigs import BACKENDS, Context, Locator
 from qlower.lang.checker_tests import TestChecker
 from qlower.lang.checker_types import ATTR_TYPES, DTYPE_CONSTANTS, ExprTyper, suggest, unknown_backend
+from qlower.lang.formatter_parts import format_expr
 from qlower.lang.names import qualify
+from qlower.lang.optypes import emitted_op_types
 
 from qlower.lang.registry import TargetRegistry
 from qlower.lang.functions import FunctionTable
@@ -40,6 +40,7 @@ CODES: dict[str, str] = {
     "unknown-type": "an attribute type that does not exist",
     "unknown-op": "a source op that is not declared",
     "unknown-target-op": "a `qnn.*` op the registry does not know",
+    "dynamic-source-op": "an op type given per match (`k: op` passed an expression) that can be a non-`qnn.*` op",
     "unknown-attr": "an attribute the source op does not declare",
     "unknown-param": "a param the QNN op does not have",
     "attr-literal-type": "a pattern literal of the wrong type for its attribute",
@@ -77,6 +78,7 @@ CODES: dict[str, str] = {
     "unused-let": "a `let` never used (warning)",
     "unused-value": "an emitted value never used (warning)",
     "shadowed-rule": "a rule that an earlier-tried catch-all rule hides (warning)",
+    "self-feeding": "a rule matching every op of its root type that emits that type again (never converges)",
     "mixed-emit": "a rule emitting both QNN and source ops (note)",
     "duplicate-rule": "two rules with one name",
     "duplicate-test": "two tests with one name",
@@ -110,6 +112,7 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     """
     ctx = Context(registry, functions, Locator(sources))
     ctx.defines.update({d.name: len(d.params) for m in modules for d in m.defines})
+    ctx.recursive_defs.update(_recursive_defs([d for m in modules for d in m.defines]))
     for m in modules:
         for d in m.ops:
             _check_decl(ctx, d)
@@ -281,14 +284,19 @@ def _matches_all(ctx: Context, rule: ast.Rule) -> bool:
 
 
 def _check_self_feeding(ctx: Context, rule: ast.Rule) -> None:
-    """A rewrite that matches every op of its root type and emits that type again never stops."""
+    """A rewrite that matches every op of its root type and emits that type again never stops (an op
+    type given per match counts when it can be a root type: `optype(y)` of the root always can; it emits
+    target ops only, so only cleanup rules feed themselves that way)."""
     if not rule.matches or any(isinstance(s, ast.Require) for s in rule.body):
         return
-    roots = set(rule.matches[0].pattern.op_types)
-    again = [i for i in rule.emits if isinstance(i, ast.EmitOp) and i.op in roots and i.op_expr is None]
+    roots = rule.matches[0].pattern.op_types
+    types = emitted_op_types(rule)
+    again = [(i, t) for i in rule.emits if isinstance(i, ast.EmitOp)
+             for t in (types.get(id(i)) or ()) if t in roots and (i.op_expr is None or ctx.is_target(t))]
     if again and _matches_all(ctx, rule):
-        item = again[0]
-        ctx.report(error(f"rule `{rule.name}` matches every {item.op} and emits {item.op} again: it would rewrite "
+        item, op = again[0]
+        when = "" if item.op_expr is None else f", when {format_expr(item.op_expr)} is {op},"
+        ctx.report(error(f"rule `{rule.name}` matches every {op} and{when} emits {op} again: it would rewrite "
                          f"its own output forever", span=ctx.locate.find(item.span, item.op),
                          hint="constrain the match (a `require`, an attribute or a value type) so the emitted op "
                               "no longer matches", code="self-feeding"))
@@ -375,23 +383,37 @@ def _check_define(ctx: Context, d: ast.Define) -> None:
     if len(params) != len(d.params):
         ctx.report(error(f"def `{d.name}` names a parameter twice", span=at, code="duplicate-name"))
 
-    def walk(x) -> None:
-        if isinstance(x, ast.Name):
-            if x.id not in params and x.id not in DTYPE_CONSTANTS:  # (`f32` and the like are constants)
-                ctx.report(error(f"def `{d.name}` uses `{x.id}`, which is not its parameter", span=x.span,
-                                 hint="a def sees only its parameters; pass the value as one", code="def-scope"))
-            return
-        if isinstance(x, ast.Literal) or x is None:
-            return
-        for fld in attrs.fields(type(x)):
-            v = getattr(x, fld.name)
-            for i in (v if isinstance(v, tuple) else (v,)):
-                if attrs.has(type(i)):
-                    walk(i)
-
-    walk(d.expr)
+    for x in ast.iter_nodes(d.expr):
+        if isinstance(x, ast.Name) and x.id not in params and x.id not in DTYPE_CONSTANTS:  # (`f32` is a constant)
+            ctx.report(error(f"def `{d.name}` uses `{x.id}`, which is not its parameter", span=x.span,
+                             hint="a def sees only its parameters; pass the value as one", code="def-scope"))
     if any(c.func == d.name for c in def_calls(d.expr, {d.name: d})):
         ctx.report(error(f"def `{d.name}` calls itself", span=at, code="def-recursive"))
+    elif d.name in ctx.recursive_defs:
+        ctx.report(error(f"def `{d.name}` calls itself through another def", span=at, code="def-recursive"))
+
+
+def _recursive_defs(defs: Sequence[ast.Define]) -> set[str]:
+    """Defs that reach themselves through calls of defs; a name with two defs (two packs) is left out,
+    as which one a call means depends on where it is."""
+    from qlower.lang.fragments import def_calls  # noqa: PLC0415
+
+    names = [d.name for d in defs]
+    one = {d.name: d for d in defs if names.count(d.name) == 1}
+    calls = {n: {c.func for c in def_calls(d.expr, one) if len(one[c.func].params) == len(c.args)}
+             for n, d in one.items()}
+    out: set[str] = set()
+    for name in one:
+        seen: set[str] = set()
+        todo = list(calls[name])
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(calls[n])
+        if name in seen:
+            out.add(name)
+    return out
 
 
 def _check_overrides(ctx: Context, modules: Sequence[ast.Module]) -> set[int]:

@@ -9,7 +9,9 @@ from qlower.lang.backend import decide, mentions_backend
 from qlower.lang.checker_patterns import PatternChecker
 from qlower.lang.checker_scope import PATTERN_KINDS
 from qlower.lang.checker_sigs import Context
-from qlower.lang.checker_types import DTYPE_CONSTANTS, assignable
+from qlower.lang.checker_types import DTYPE_CONSTANTS, ExprTyper, assignable
+from qlower.lang.formatter_parts import format_expr
+from qlower.lang.optypes import emitted_op_types
 from qlower.qnn.backends import BACKENDS
 
 
@@ -21,6 +23,7 @@ class RuleChecker(PatternChecker):
         self.produced: dict[str, Span | None] = {}
         self.emitted: dict[bool, str] = {}  # is-qnn → first emitted op of that kind
         self.branch_results: dict[str, Span | None] = {}  # root results emitted in one branch of an `if` only
+        self.op_types = emitted_op_types(rule)  # each emitted op's possible types (by id), None when open
 
     def run(self) -> None:
         r, ctx = self.rule, self.ctx
@@ -134,21 +137,22 @@ class RuleChecker(PatternChecker):
             t = self.typer.infer(item.expr)
             self._define(item.name, "let", t, self._at(item.span, item.name, after="let"))
             return
-        if isinstance(item, ast.EmitOp) and item.op_expr is not None:
-            self._dynamic_op(item)
-        elif isinstance(item, ast.EmitOp):
-            op_span = self._at(item.span, item.op)
-            sig = ctx.resolve(item.op, op_span)
-            for a in item.args:
-                self._arg(a)
-            if sig is not None:
-                ctx.check_args(sig, item.args, op_span)
-                ctx.check_params(sig, item.params, self.typer, op_span)
-                ctx.check_results(sig, item.binders, item.binders.span)
-                self.emitted.setdefault(sig.target, sig.name)
+        if isinstance(item, ast.EmitOp):
+            if item.op_expr is not None:
+                self._dynamic_op(item)
             else:
-                for p in item.params:
-                    self.typer.infer(p.expr)
+                op_span = self._at(item.span, item.op)
+                sig = ctx.resolve(item.op, op_span)
+                for a in item.args:
+                    self._arg(a)
+                if sig is not None:
+                    ctx.check_args(sig, item.args, op_span)
+                    ctx.check_params(sig, item.params, self.typer, op_span)
+                    ctx.check_results(sig, item.binders, item.binders.span)
+                    self.emitted.setdefault(sig.target, sig.name)
+                else:
+                    for p in item.params:
+                        self.typer.infer(p.expr)
             ctx.check_props(item.props, self.typer)
             fresh = [n for n in item.binders.names if n != "_" and n not in self.results]
             if item.props and (len(fresh) > 1 or item.binders.rest):
@@ -175,24 +179,36 @@ class RuleChecker(PatternChecker):
             self._fold(item)
 
     def _dynamic_op(self, item: ast.EmitOp) -> None:
-        """An op type given per match (`k: op` passed an expression): a string; when the expression can only
-        be some literals (`"qnn.A" if c else "qnn.B"`, `["qnn.A", "qnn.B"][i]`), each is checked as the op."""
+        """An op type given per match (`k: op` passed an expression): a string. When the op types it can
+        have are known (`optypes`: literals, `optype(v)` of a matched value, picks among them), each is
+        checked as the op, every finding saying which one it is about; otherwise it is checked when the
+        rule emits."""
         ctx = self.ctx
         self.typer.expect(item.op_expr, "str", "an op type")
         for a in item.args:
             self._arg(a)
-        options = literal_strings(item.op_expr)
-        for op in options or ():
-            sig = ctx.resolve(op, item.op_expr.span or item.span)
-            if sig is not None:
-                ctx.check_args(sig, item.args, item.span)
-                ctx.check_params(sig, item.params, self.typer, item.span)
-                ctx.check_results(sig, item.binders, item.binders.span)
-                self.emitted.setdefault(sig.target, sig.name)
-        if not options:
-            for p in item.params:
-                self.typer.infer(p.expr)
-        ctx.check_props(item.props, self.typer)
+        for p in item.params:  # typed once; each op type below only checks its own params
+            self.typer.infer(p.expr)
+        options = self.op_types.get(id(item))
+        if options is not None:
+            quiet = ExprTyper(ctx.functions, lambda d: None, self.typer.lookup, self.typer.candidates,
+                              self.typer.later)
+            quiet.defines, quiet.recursive = self.typer.defines, self.typer.recursive
+            text = format_expr(item.op_expr)
+            what = text if len(text) <= 40 else f"the op type `{item.op}`"
+            at = item.op_expr.span or item.span
+            for op in options:
+                since = len(ctx.diagnostics)
+                if not ctx.is_target(op):
+                    ctx.report(error(f"`{op}` is not a {ctx.dialect}.* op; an op type given per match emits "
+                                     f"{ctx.dialect.upper()} ops only", span=at, code="dynamic-source-op",
+                                     hint="pass the target op for it, e.g. picked by `optype(...)` from a list"))
+                elif (sig := ctx.resolve(op, at)) is not None:
+                    ctx.check_args(sig, item.args, item.span)
+                    ctx.check_params(sig, item.params, quiet, item.span)
+                    ctx.check_results(sig, item.binders, item.binders.span)
+                    self.emitted.setdefault(sig.target, sig.name)
+                ctx.retell(since, f"when {what} is {op}: ")
 
     def _optional_names(self) -> set[str]:
         return set(ast.optional_captures(self.rule))
@@ -295,22 +311,3 @@ class RuleChecker(PatternChecker):
                                         "the rule never applies", span=s.expr.span, code="backend-decided"))
             elif isinstance(s, ast.Emit):
                 items(s.items)
-
-
-def literal_strings(e: ast.Expr | None) -> list[str] | None:
-    """The strings an expression can only be (literals, picked by `if`/`else` or indexing a list of
-    them), or None when it can be anything."""
-    if isinstance(e, ast.Literal):
-        return [e.value] if isinstance(e.value, str) else None
-    if isinstance(e, ast.Conditional):
-        a, b = literal_strings(e.then), literal_strings(e.otherwise)
-        return None if a is None or b is None else a + b
-    if isinstance(e, ast.Index) and isinstance(e.target, ast.ListExpr):
-        out: list[str] = []
-        for i in e.target.items:
-            got = literal_strings(i)
-            if got is None:
-                return None
-            out.extend(got)
-        return out
-    return None

@@ -97,6 +97,7 @@ class RuleScope:
         self._used_early: set[str] = set()  # used before being bound: reported once, not again as unused
         self.typer = ExprTyper(ctx.functions, ctx.report, self._lookup, lambda: list(self.scope), self._later)
         self.typer.defines = ctx.defines
+        self.typer.recursive = ctx.recursive_defs
         self.name_span = ctx.locate.find(rule.span, rule.name, after="rule")
 
     def _lookup(self, name: str, span: Span | None) -> str | None:

@@ -143,6 +143,9 @@ class Context:
     decls: dict[str, ast.OpDecl] = attrs.field(factory=dict)
     rules: dict[str, ast.Rule] = attrs.field(factory=dict)
     defines: dict[str, int] = attrs.field(factory=dict)  # every `def` by name → its parameter count
+    # defs that call themselves (directly or through other defs): reported at the def, so a call of one
+    # is not reported again where it is used
+    recursive_defs: set[str] = attrs.field(factory=set)
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
     _sigs: dict[str, OpSig | None] = attrs.field(factory=dict)
     _target_names: list[str] | None = None
@@ -160,6 +163,13 @@ class Context:
     def report(self, d: Diagnostic) -> None:
         self.diagnostics.append(d)
         self.errors += d.is_error
+
+    def retell(self, since: int, prefix: str) -> None:
+        """Prefix the findings reported since `since` (a count of them) with `prefix`: which of several
+        op types an item can have they are about."""
+        for i in range(since, len(self.diagnostics)):
+            d = self.diagnostics[i]
+            self.diagnostics[i] = attrs.evolve(d, message=prefix + d.message)
 
     def note(self, message: str, span: Span | None, code: str) -> None:
         self.report(Diagnostic(Severity.NOTE, message, span=span, code=code))

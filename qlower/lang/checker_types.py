@@ -9,7 +9,7 @@ type `any` so one mistake yields one diagnostic.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from qlower.diagnostics import Diagnostic, Note, Span, did_you_mean, error
 from qlower.graph.types import DTYPE_ALIASES, DTYPE_NAMES, canonical_dtype
@@ -141,6 +141,7 @@ class ExprTyper:
         self.candidates = candidates
         self.later = later
         self.defines: dict[str, int] = {}  # def name → its parameter count (a call left unexpanded is wrong)
+        self.recursive: Collection[str] = ()  # defs reported as calling themselves where they are defined
 
     def expect(self, expr: ast.Expr, expected: str, what: str) -> str:
         """Infer `expr` and report when it is not `expected`; `what` names the slot."""
@@ -195,7 +196,7 @@ class ExprTyper:
             if n != len(args):
                 self.report(error(f"`{e.func}` (a def) takes {n} argument{'s' if n != 1 else ''}, got {len(args)}",
                                   span=e.span, code="call-arity"))
-            else:  # left unexpanded with the right arity: defined elsewhere, or nested past the limit
+            elif e.func not in self.recursive:  # left unexpanded with the right arity: defined elsewhere
                 self.report(error(f"`{e.func}` is a def this file cannot see, or one that calls itself",
                                   span=e.span, code="unknown-function",
                                   hint="a def is visible in the files of its pack (or of the folder loaded with it)"))

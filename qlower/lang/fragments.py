@@ -246,19 +246,7 @@ def _expr(x, names: dict[str, str], exprs: dict[str, ast.Expr]):
         return attrs.evolve(x, id=names[x.id]) if x.id in names else x
     if isinstance(x, ast.Literal):
         return x
-    return _map_children(x, lambda c: _expr(c, names, exprs))
-
-
-def _map_children(x, fn):
-    """`x` (an attrs AST node) with `fn` applied to each child node, alone or in a tuple of nodes."""
-    changes = {}
-    for f in attrs.fields(type(x)):
-        v = getattr(x, f.name)
-        if attrs.has(type(v)):
-            changes[f.name] = fn(v)
-        elif isinstance(v, tuple) and v and attrs.has(type(v[0])):
-            changes[f.name] = tuple(fn(i) for i in v)
-    return attrs.evolve(x, **changes) if changes else x
+    return ast.map_children(x, lambda c: _expr(c, names, exprs))
 
 
 # ---------------------------------------------------------------------- defs
@@ -268,7 +256,7 @@ def expand_defs(x, defines: Mapping[str, ast.Define], depth: int = 0):
     """Expression `x` with every call of a def (right arity) replaced by its body."""
     if isinstance(x, (ast.Name, ast.Literal)) or x is None:
         return x
-    y = _map_children(x, lambda c: expand_defs(c, defines, depth))
+    y = ast.map_children(x, lambda c: expand_defs(c, defines, depth))
     if isinstance(y, ast.Call) and depth < _DEPTH:
         d = defines.get(y.func)
         if d is not None and len(d.params) == len(y.args):
@@ -310,21 +298,4 @@ def _defs_in_stmt(s, defines):
 
 def def_calls(x, defines: Mapping[str, ast.Define]) -> list[ast.Call]:
     """Calls of defs left in `x` (wrong arity, or nested too deep)."""
-    out: list[ast.Call] = []
-
-    def walk(y):
-        if isinstance(y, ast.Call) and y.func in defines:
-            out.append(y)
-        if isinstance(y, (ast.Name, ast.Literal)) or y is None:
-            return
-        for f in attrs.fields(type(y)):
-            v = getattr(y, f.name)
-            if attrs.has(type(v)):
-                walk(v)
-            elif isinstance(v, tuple):
-                for i in v:
-                    if attrs.has(type(i)):
-                        walk(i)
-
-    walk(x)
-    return out
+    return [y for y in ast.iter_nodes(x) if isinstance(y, ast.Call) and y.func in defines]

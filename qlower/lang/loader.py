@@ -20,7 +20,7 @@ from qlower.lang import ast
 from qlower.lang.checker import check
 from qlower.lang.checker_types import suggest
 from qlower.lang.checker_sigs import Locator
-from qlower.lang.fragments import file_scope, pack_scopes, with_inlined_rules
+from qlower.lang.fragments import pack_scopes, with_inlined_rules
 from qlower.lang.names import qualify, resolve_rule
 from qlower.lang.parser import parse
 from qlower.lang.registry import TargetRegistry, default_registry
@@ -160,7 +160,7 @@ class _Load:
         cached = self.parse_cache.get((file, text)) if self.parse_cache is not None else None
         if cached is None:
             try:
-                cached = parse(text, file)
+                cached = parse(text, file, inline=False)  # inlined once its pack is known
             except QlowerError as exc:
                 cached = exc
             if self.parse_cache is not None:
@@ -248,15 +248,10 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
 
 
 def _inline_pack_scopes(modules: list[ast.Module], groups: Mapping[str, str]) -> list[ast.Module]:
-    """Each module's rules inlined again with what its pack makes visible (fragments and defs of the
-    pack's other files, other packs' fragments qualified); the parser inlined only the file's own."""
+    """Each module's rules inlined (once: the loader parses without) with what its pack makes visible
+    (fragments and defs of the pack's other files, other packs' fragments qualified)."""
     scopes = pack_scopes(modules, {d.op for m in modules for d in m.ops}, groups)
-    out = []
-    for m in modules:
-        scope, own = scopes[id(m)], file_scope(m)
-        same = scope.fragments.keys() == own.fragments.keys() and scope.defines.keys() == own.defines.keys()
-        out.append(m if same else with_inlined_rules(m, scope))
-    return out
+    return [with_inlined_rules(m, scopes[id(m)]) for m in modules]
 
 
 def check_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,

@@ -28,8 +28,10 @@ def _parser() -> Lark:
                 maybe_placeholders=True, transformer=Builder(), _plugins=LARK_PLUGINS, cache=True)
 
 
-def parse(text: str, file: str = "<string>") -> ast.Module:
-    """Parse .qpat text; raises QlowerError with one located diagnostic on bad syntax."""
+def parse(text: str, file: str = "<string>", *, inline: bool = True) -> ast.Module:
+    """Parse .qpat text; raises QlowerError with one located diagnostic on bad syntax. `inline`: the
+    rules with the file's own fragments and defs inlined; the loader, which sees a file's whole pack,
+    asks for none and inlines once with the pack's."""
     text = text.removeprefix("\ufeff")  # a byte-order mark some editors write; not part of line 1
     comments: list[ast.Comment] = []
 
@@ -55,7 +57,8 @@ def parse(text: str, file: str = "<string>") -> ast.Module:
     finally:
         FILE.reset(token)
         DEPTH.reset(depth_token)
-    return with_inlined_rules(_attach_docs(ast.Module(file, tuple(items), tuple(comments))))
+    module = _attach_docs(ast.Module(file, tuple(items), tuple(comments)))
+    return with_inlined_rules(module) if inline else module
 
 
 def _line_before(text: str, tok: lark.Token) -> str:

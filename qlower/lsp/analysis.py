@@ -213,6 +213,9 @@ class Workspace:
         if shared is not None:  # a fragment or def of this file, its pack, or (qualified) another pack
             head = f"{'fragment' if isinstance(shared, ast.Fragment) else 'def'} `{word}` at {shared.span}"
             return head + (f"\n\n{shared.doc}" if shared.doc else ""), span
+        op_param = self._op_param_at(doc, word, line)
+        if op_param is not None:
+            return op_param, span
         fn = self.functions.get(word)
         if fn is not None and _followed_by_paren(doc.text, line, span.end_column - 1):
             sig = f"{fn.name}({', '.join(fn.params)}) -> {fn.returns}"
@@ -341,6 +344,22 @@ class Workspace:
 
     def _locator(self, doc: DocState) -> Locator:
         return Locator(doc.inspection.sources if doc.inspection is not None else None)
+
+    def _op_param_at(self, doc: DocState, word: str, line: int) -> str | None:
+        """A fragment's `k: op` parameter under the cursor: the op types its calls give it."""
+        from qlower.lang.optypes import fragment_op_types  # noqa: PLC0415
+
+        module = doc.module or doc.last_good
+        for f in module.fragments if module is not None else ():
+            if f.span is None or not f.span.line - 1 <= line <= f.span.end_line - 1:
+                continue
+            if not any(p.op and p.name == word for p in f.params):
+                return None
+            types = fragment_op_types(f, word, (r for m in self._modules(doc) for r in m.rules))
+            given = ("an op type known only per match at some call" if types is None else
+                     "not called here" if not types else ", ".join(f"`{t}`" for t in types))
+            return f"op type parameter `{word}` of fragment `{f.name}`: {given}"
+        return None
 
     def _rule_at(self, doc: DocState, line: int) -> ast.Rule | None:
         module = doc.module or doc.last_good

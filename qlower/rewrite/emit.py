@@ -241,7 +241,8 @@ class EmitProgram:
             if not isinstance(op, str) or not op.startswith(self.prefix):
                 raise EmitFailure(f"the op type `{item.op}` is {op!r} here, not a {self.prefix[:-1]}.* op", span)
             name = op[len(self.prefix):]
-            if self.registry is not None and self.registry.op(name) is None:
+            definition = self.registry.op(name) if self.registry is not None else None
+            if self.registry is not None and definition is None:
                 raise EmitFailure(f"the op type `{item.op}` is {op}, which the target registry does not know",
                                   span)
             out = []
@@ -250,6 +251,10 @@ class EmitProgram:
                 if pdef is None and self.registry is not None:
                     raise EmitFailure(f"{op} has no param `{pname}`", pspan or span)
                 out.append((pname, fn, pdef, pspan))
+            given = {p[0] for p in params}
+            for p in definition.params if definition is not None else ():
+                if p.mandatory and p.default is None and p.name not in given:
+                    raise EmitFailure(f"{op} needs param `{p.name}`, which `{item.op}(...)` does not give", span)
             got = self._resolved[key] = (attrs.evolve(item, op=op, op_expr=None), out)
         return got
 

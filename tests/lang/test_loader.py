@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from qlower.diagnostics import QlowerError
+from qlower.lang import ast
 from qlower.lang.loader import RuleSet, check_paths, load_rules
+from qlower.lang.parser import parse
 from qlower.lang.registry import MinimalRegistry
 
 OPS = "op mllm.Sigmoid(x) -> y\nop mllm.Mul(a, b) -> y\n"
@@ -115,3 +117,14 @@ def test_default_registry_and_packs_dir(tmp_path: Path) -> None:
     _write(tmp_path, {"pack.qpat": "import no_such_pack_anywhere\n"})
     diags, _ = check_paths([tmp_path / "pack.qpat"], registry=MinimalRegistry())
     assert [d.code for d in diags] == ["unknown-import"]
+
+
+def test_the_parser_inlines_a_files_own_fragments_unless_asked_not_to() -> None:
+    """The loader parses without inlining and inlines once, with the pack's fragments; `parse` alone
+    inlines the file's own."""
+    text = ("fragment f(x) -> y {\n  y = qnn.Relu(x)\n}\n\n"
+            "rule r {\n  match y = mllm.ReLU(x)\n  emit y = f(x)\n}\n")
+    (inlined,) = parse(text).rules
+    (raw,) = parse(text, inline=False).rules
+    assert [i.op for i in inlined.emits] == ["qnn.Relu"]
+    assert [type(i) for i in raw.emits] == [ast.FragmentCall]

@@ -122,3 +122,15 @@ def test_hover_on_backend_shows_what_it_returns(workspace, tmp_path):
     hover, span = workspace.hover(path, 5, text.splitlines()[5].index("backend") + 2)
     assert "backend() -> str" in hover and "lowered for" in hover
     assert (span.line, span.column) == (6, 8)
+
+
+def test_hover_on_an_op_type_parameter_shows_what_its_calls_give(workspace, tmp_path):
+    text = ("import mllm.ops\n\nfragment wrap(x, k: op) -> y {\n  y = k(x)\n}\n\n"
+            "rule a {\n  match y = mllm.ReLU | mllm.Sigmoid(x)\n"
+            "  emit y = wrap(x, [\"qnn.Relu\", \"qnn.Sigmoid\"][index_of([\"mllm.ReLU\", \"mllm.Sigmoid\"], optype(y))])\n}\n\n"
+            "rule b {\n  match y = mllm.Tanh(x)\n  emit y = wrap(x, qnn.Tanh)\n}\n")
+    path = _open(workspace, tmp_path / "k.qpat", text)
+    assert [str(d) for d in workspace.check(path) if d.is_error] == []
+    hover, span = workspace.hover(path, 3, text.splitlines()[3].index("k(") + 1)
+    assert hover == "op type parameter `k` of fragment `wrap`: `qnn.Relu`, `qnn.Sigmoid`, `qnn.Tanh`"
+    assert (span.line, span.column) == (4, 7)
