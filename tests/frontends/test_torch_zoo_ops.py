@@ -44,11 +44,15 @@ def _lower_and_compare(model: nn.Module, args: tuple, rules, backend: str, core:
 
 
 class ShiftedWindows(nn.Module):
-    """Swin's cyclic shift and its reverse around a windowed op (roll over two dims, both signs)."""
+    """Swin's cyclic shift, window partition (a rank-6 view and transpose, past HTP's rank 5), a
+    per-window op, the reverse partition and the reverse shift (roll over two dims, both signs)."""
 
-    def forward(self, x):  # [b, h, w, c]
+    def forward(self, x):  # [1, 8, 8, c], windows of 4x4
+        c = x.shape[-1]
         s = torch.roll(x, shifts=(-2, -2), dims=(1, 2))
-        s = s * torch.arange(s.shape[2], dtype=s.dtype).view(1, 1, -1, 1)
+        w = s.view(1, 2, 4, 2, 4, c).transpose(2, 3).contiguous().view(-1, 4, 4, c)
+        w = w * torch.arange(4 * 4 * 4, dtype=w.dtype).view(4, 4, 4, 1)
+        s = w.view(1, 2, 2, 4, 4, c).permute(0, 1, 3, 2, 4, 5).contiguous().view(1, 8, 8, c)
         return torch.roll(s, shifts=(2, 2), dims=(1, 2))
 
 
@@ -93,7 +97,7 @@ class Gathers(nn.Module):
 
 CASES = {
     "shifted-windows": (ShiftedWindows, lambda g: (torch.randn(1, 8, 8, 4, generator=g),),
-                        {"Gather"}),
+                        {"Gather", "Transpose"}),
     "signal-norm": (SignalNorm, lambda g: (torch.randn(1, 120, generator=g),), {"GroupNorm"}),
     "decode-head": (DecodeHead, lambda g: (torch.randn(1, 3, 8, 8, generator=g),), {"Resize"}),
     "gathers": (Gathers, lambda g: (torch.randn(2, 5, 3, generator=g),
