@@ -1,4 +1,5 @@
-"""The model zoo's architectures: small configs of real transformers models with random weights, and
+"""The model zoo's architectures: small configs of real transformers models with random weights (decoders,
+encoders, vision and speech towers: Swin, ConvNeXt, SegFormer, Wav2Vec2, ... among them), and
 ResNet-18 / MobileNetV2 / MobileNetV3-small written here after torchvision's published architectures
 (torchvision does not import beside the torch this project pins, so the zoo builds them itself).
 
