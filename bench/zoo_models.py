@@ -1,5 +1,5 @@
 """The model zoo's architectures: small configs of real transformers models with random weights (decoders,
-encoders, vision and speech towers: Swin, ConvNeXt, SegFormer, Wav2Vec2, ... among them), and
+encoders, vision and speech towers: Swin, ConvNeXt, SegFormer, MobileViT, BEiT, Wav2Vec2, ... among them), and
 ResNet-18 / MobileNetV2 / MobileNetV3-small written here after torchvision's published architectures
 (torchvision does not import beside the torch this project pins, so the zoo builds them itself).
 
@@ -453,6 +453,39 @@ def _gpt_neox() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return _First(model, "logits"), (ids,)
 
 
+def _mobilevit() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """MobileNetV2 blocks with transformer blocks over unfolded 2x2 patches (reshape/transpose shuffles)."""
+    import transformers
+
+    cfg = transformers.MobileViTConfig(image_size=64, num_channels=3, hidden_sizes=[16, 24, 32],
+                                       neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32], num_attention_heads=2,
+                                       mlp_ratio=2.0, expand_ratio=2.0, num_labels=10)
+    model = _randomize_bn(transformers.MobileViTForImageClassification(cfg))
+    return _First(model, "logits"), (_image(64),)
+
+
+def _beit() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Relative position bias tables indexed per head, layer scale, mean-pooled head."""
+    import transformers
+
+    cfg = transformers.BeitConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_hidden_layers=1,
+                                  image_size=32, patch_size=8, use_relative_position_bias=True,
+                                  use_mean_pooling=True, num_labels=10)
+    return _First(transformers.BeitForImageClassification(cfg), "logits"), (_image(),)
+
+
+def _falcon() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Multi-query attention (one kv head), parallel attention + MLP, rotary."""
+    import transformers
+
+    cfg = transformers.FalconConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=1, vocab_size=128,
+                                    multi_query=True, parallel_attn=True, new_decoder_architecture=False,
+                                    alibi=False, use_cache=False)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    return _First(model, "logits"), (ids,)
+
+
 MODELS: dict[str, Builder] = {
     "llama": _causal_lm("LlamaConfig", num_key_value_heads=2),
     "qwen2": _causal_lm("Qwen2Config", num_key_value_heads=2),
@@ -483,5 +516,8 @@ MODELS: dict[str, Builder] = {
     "wav2vec2": _wav2vec2,
     "opt": _opt,
     "gpt-neox": _gpt_neox,
+    "mobilevit": _mobilevit,
+    "beit": _beit,
+    "falcon": _falcon,
     "llama-tied": _causal_lm("LlamaConfig", num_key_value_heads=1, head_dim=32, tie_word_embeddings=True),
 }
