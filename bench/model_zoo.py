@@ -1,4 +1,4 @@
-"""Model zoo: 20 small real architectures (random weights) through every qlower path.
+"""Model zoo: 33 small real architectures (random weights) through every qlower path.
 
     python bench/model_zoo.py [--models vit,tv-resnet18] [--paths export,export-core,onnx]
                               [--backends cpu,htp] [--json out.json] [-v]

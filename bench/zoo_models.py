@@ -1,4 +1,5 @@
-"""The model zoo's architectures: small configs of real transformers models with random weights, and
+"""The model zoo's architectures: small configs of real transformers models with random weights (decoders,
+encoders, vision and speech towers: Swin, ConvNeXt, SegFormer, MobileViT, BEiT, Wav2Vec2, ... among them), and
 ResNet-18 / MobileNetV2 / MobileNetV3-small written here after torchvision's published architectures
 (torchvision does not import beside the torch this project pins, so the zoo builds them itself).
 
@@ -350,6 +351,141 @@ def _tv(cls: type) -> Builder:
     return build
 
 
+# ------------------------------------------------------------------ more families deployed on Snapdragon
+
+def _swin() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Window partition / reverse are rank-6 view+permute; stage 2 shifts windows (roll) with a mask."""
+    import transformers
+
+    cfg = transformers.SwinConfig(image_size=32, patch_size=2, embed_dim=16, depths=[2, 1], num_heads=[2, 4],
+                                  window_size=4, mlp_ratio=2.0)
+    return _First(transformers.SwinModel(cfg, add_pooling_layer=False), "last_hidden_state"), (_image(),)
+
+
+def _convnext() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Depthwise 7x7, LayerNorm over channels-last, GELU, layer scale."""
+    import transformers
+
+    cfg = transformers.ConvNextConfig(num_channels=3, patch_size=4, hidden_sizes=[16, 32], depths=[1, 1],
+                                      num_stages=2, num_labels=10)
+    return _First(transformers.ConvNextForImageClassification(cfg), "logits"), (_image(),)
+
+
+def _segformer() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Overlapping patch embeddings, spatial-reduction attention (a strided conv on keys/values), Mix-FFN
+    (depthwise 3x3 between the linears), an all-MLP decode head with bilinear upsampling."""
+    import transformers
+
+    cfg = transformers.SegformerConfig(num_channels=3, num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                                       hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2],
+                                       num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=32,
+                                       num_labels=4)
+    return _First(transformers.SegformerForSemanticSegmentation(cfg), "logits"), (_image(),)
+
+
+def _deit() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """ViT with a distillation token; the distilled classifier averages the two heads."""
+    import transformers
+
+    cfg = transformers.DeiTConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                  num_hidden_layers=1, image_size=32, patch_size=8, num_labels=10)
+    return _First(transformers.DeiTForImageClassificationWithTeacher(cfg), "logits"), (_image(),)
+
+
+def _distilbert() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    import transformers
+
+    cfg = transformers.DistilBertConfig(dim=64, hidden_dim=128, n_heads=4, n_layers=1, vocab_size=128,
+                                        max_position_embeddings=64)
+    model = transformers.DistilBertModel(cfg)
+    ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0]])
+    return _First(model, "last_hidden_state"), (ids, mask)
+
+
+def _roberta() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Position ids from the input ids (cumsum over the non-padding mask, offset by padding_idx)."""
+    import transformers
+
+    cfg = transformers.RobertaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                     num_hidden_layers=1, vocab_size=128, max_position_embeddings=64)
+    model = transformers.RobertaModel(cfg, add_pooling_layer=False)
+    ids = torch.randint(2, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    ids[0, 6:] = cfg.pad_token_id
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0]])
+    return _First(model, "last_hidden_state"), (ids, mask)
+
+
+def _wav2vec2() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Raw-waveform conv feature extractor (group norm on the first layer), grouped positional conv, encoder."""
+    import transformers
+
+    cfg = transformers.Wav2Vec2Config(hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                      num_hidden_layers=1, conv_dim=(16, 16, 16), conv_stride=(5, 2, 2),
+                                      conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+                                      num_conv_pos_embedding_groups=4, feat_extract_norm="group",
+                                      do_stable_layer_norm=False, vocab_size=32)
+    wave = torch.randn(1, 400, generator=torch.Generator().manual_seed(0))
+    return _First(transformers.Wav2Vec2Model(cfg), "last_hidden_state"), (wave,)
+
+
+def _opt() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Learned positions offset by 2, ReLU MLP, pre-LayerNorm decoder."""
+    import transformers
+
+    cfg = transformers.OPTConfig(hidden_size=64, ffn_dim=128, num_attention_heads=4, num_hidden_layers=1,
+                                 vocab_size=128, max_position_embeddings=64, word_embed_proj_dim=64,
+                                 use_cache=False)
+    model = transformers.OPTForCausalLM(cfg)
+    ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    return _First(model, "logits"), (ids,)
+
+
+def _gpt_neox() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Fused qkv, partial rotary (rotary_pct 0.25), parallel attention + MLP residual."""
+    import transformers
+
+    cfg = transformers.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                                     num_hidden_layers=1, vocab_size=128, max_position_embeddings=64,
+                                     rotary_pct=0.25, use_parallel_residual=True, use_cache=False)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    return _First(model, "logits"), (ids,)
+
+
+def _mobilevit() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """MobileNetV2 blocks with transformer blocks over unfolded 2x2 patches (reshape/transpose shuffles)."""
+    import transformers
+
+    cfg = transformers.MobileViTConfig(image_size=64, num_channels=3, hidden_sizes=[16, 24, 32],
+                                       neck_hidden_sizes=[8, 8, 16, 16, 24, 24, 32], num_attention_heads=2,
+                                       mlp_ratio=2.0, expand_ratio=2.0, num_labels=10)
+    model = _randomize_bn(transformers.MobileViTForImageClassification(cfg))
+    return _First(model, "logits"), (_image(64),)
+
+
+def _beit() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Relative position bias tables indexed per head, layer scale, mean-pooled head."""
+    import transformers
+
+    cfg = transformers.BeitConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_hidden_layers=1,
+                                  image_size=32, patch_size=8, use_relative_position_bias=True,
+                                  use_mean_pooling=True, num_labels=10)
+    return _First(transformers.BeitForImageClassification(cfg), "logits"), (_image(),)
+
+
+def _falcon() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Multi-query attention (one kv head), parallel attention + MLP, rotary."""
+    import transformers
+
+    cfg = transformers.FalconConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=1, vocab_size=128,
+                                    multi_query=True, parallel_attn=True, new_decoder_architecture=False,
+                                    alibi=False, use_cache=False)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    ids = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(0))
+    return _First(model, "logits"), (ids,)
+
+
 MODELS: dict[str, Builder] = {
     "llama": _causal_lm("LlamaConfig", num_key_value_heads=2),
     "qwen2": _causal_lm("Qwen2Config", num_key_value_heads=2),
@@ -371,4 +507,17 @@ MODELS: dict[str, Builder] = {
     "tv-resnet18": _tv(ResNet18),
     "tv-mobilenet-v2": _tv(MobileNetV2),
     "tv-mobilenet-v3-small": _tv(MobileNetV3Small),
+    "swin": _swin,
+    "convnext": _convnext,
+    "segformer": _segformer,
+    "deit": _deit,
+    "distilbert": _distilbert,
+    "roberta": _roberta,
+    "wav2vec2": _wav2vec2,
+    "opt": _opt,
+    "gpt-neox": _gpt_neox,
+    "mobilevit": _mobilevit,
+    "beit": _beit,
+    "falcon": _falcon,
+    "llama-tied": _causal_lm("LlamaConfig", num_key_value_heads=1, head_dim=32, tie_word_embeddings=True),
 }

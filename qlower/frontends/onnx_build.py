@@ -352,17 +352,38 @@ class GraphBuilder:
 
 
 def _shapes_by_running(op: Any, operands: list, kernels: Any, limit: int = 1 << 20) -> list:
-    """Result shapes from evaluating the op on zeros, for what shape inference leaves open (small inputs only)."""
+    """Result shapes from evaluating the op on stand-in values, for what shape inference leaves open
+    (small inputs only).
+
+    The unknown operands are zeros, then ones: a shape that changes with them (Range's length from a
+    limit computed at run time, a Reshape to a computed shape) depends on values not known yet and stays
+    open, as does an empty result from non-empty operands (zeros as a length). A second run that fails
+    (an index of one past a dim of one) proves nothing, so the first run's shapes stand.
+    """
     from qlower.reference.spec import KernelError, OutSpec
 
-    args = [a if a is None or isinstance(a, np.ndarray) else np.zeros(a[1], a[0]) for a in operands]
-    if sum(a.size for a in args if a is not None) > limit:
+    unknown = [a is not None and not isinstance(a, np.ndarray) for a in operands]
+    if sum(int(np.prod(a[1])) if u else a.size for a, u in zip(operands, unknown) if a is not None) > limit:
         return [None] * len(op.results)
-    try:
-        outs = kernels[op.type[5:]](args, op.attrs, [OutSpec(None, r.dtype) for r in op.results])
-    except (KernelError, KeyError, ValueError, TypeError, IndexError):
+
+    def run(fill: Any) -> list | None:
+        args = [fill(a[1], a[0]) if u else a for a, u in zip(operands, unknown)]
+        try:
+            outs = kernels[op.type[5:]](args, op.attrs, [OutSpec(None, r.dtype) for r in op.results])
+        except (KernelError, KeyError, ValueError, TypeError, IndexError):
+            return None
+        return [(np.asarray(o).dtype, tuple(np.shape(o))) for o in outs]
+
+    found = run(np.zeros)
+    if found is None:
         return [None] * len(op.results)
-    return [(np.asarray(o).dtype, tuple(np.shape(o))) for o in outs]
+    if any(unknown):
+        other = run(np.ones)
+        empty_in = any(a is not None and 0 in (tuple(a[1]) if u else a.shape) for a, u in zip(operands, unknown))
+        if (other is not None and [s for _, s in other] != [s for _, s in found]) \
+                or (not empty_in and any(0 in s for _, s in found)):
+            return [None] * len(op.results)
+    return found
 
 
 def _as_attr(data: np.ndarray, kind: str) -> Any:

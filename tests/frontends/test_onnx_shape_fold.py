@@ -41,3 +41,37 @@ def test_center_crop_pad_function_body_folds_its_shapes_and_lowers():
     assert result.ok, result.errors
     got = run_dequantized(result.qnn, {"x": np.asarray(inputs[0])})
     np.testing.assert_array_equal(np.asarray(got["y"]).reshape(np.shape(outputs[0])), outputs[0])
+
+
+def test_range_whose_limit_is_found_after_folding_gets_its_real_length():
+    """Swin's shifted-window mask as torch.onnx's TorchScript exporter writes it: a Range up to a dim of a
+    Pad whose pads are computed. One-node inference must not take the length Range has on stand-in zeros
+    (0, an empty tensor): the Range folds once the Pad's shape is known, and the graph computes the right
+    numbers."""
+    import qlower
+    from onnx import TensorProto, helper
+    from qlower.frontends.onnx_frontend import load_onnx
+    from qlower.reference.interpreter import run_dequantized
+
+    nodes = [
+        helper.make_node("Constant", [], ["pf"], value=helper.make_tensor("pf", TensorProto.FLOAT, [4], [0, 1, 0, 1])),
+        helper.make_node("Cast", ["pf"], ["pads"], to=TensorProto.INT64),
+        helper.make_node("Pad", ["x", "pads"], ["p"]),
+        helper.make_node("Shape", ["p"], ["s"]),
+        helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", TensorProto.INT64, [], [1])),
+        helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", TensorProto.INT64, [], [0])),
+        helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+        helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+        helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["p", "rf"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "range_after_fold", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    graph = load_onnx(model)
+    result = qlower.lower(graph, qlower.load_rules(packs=["onnx"]), backend="cpu")
+    assert result.ok, result.errors
+    x = np.arange(1, 5, dtype=np.float32).reshape(1, 4)
+    got = np.asarray(run_dequantized(result.qnn, {"x": x})["y"])
+    want = np.pad(x, ((0, 0), (1, 1))) + np.arange(6, dtype=np.float32)
+    np.testing.assert_array_equal(got.reshape(want.shape), want)
