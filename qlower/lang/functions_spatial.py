@@ -294,6 +294,35 @@ def _pool_empty_window(spatial: list[int], kernel: list[int], strides: list[int]
     return [int(v) for v in hits[0]] if len(hits) else []
 
 
+def _pool_out_shape(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
+                    pads: list[list[int]], ceil_mode: bool) -> list[int]:
+    """Pooling windows per spatial dim as onnxruntime, onnx.reference and ONNX shape inference from
+    opset 22 count them: a ceil-mode window that would start in the end padding is dropped
+    (inference for older opsets counts it)."""
+    out = []
+    for size, k, s, d, (b, e) in zip(spatial, kernel, strides, dilations, pads):
+        span = int(size) + int(b) + int(e) - (int(k) - 1) * int(d) - 1
+        n = (-(-span // int(s)) if ceil_mode else span // int(s)) + 1
+        out.append(n - 1 if ceil_mode and (n - 1) * int(s) >= int(size) + int(b) else n)
+    return out
+
+
+def _pool_fit_pads(pads: list[list[int]], spatial: list[int], kernel: list[int], strides: list[int],
+                   dilations: list[int], out: list[int]) -> list[list[int]]:
+    """[begin, end] pads per dim with which floor-rounded pooling gives exactly `out` windows: the
+    end padding extended for ceil mode, or cut where ceil mode drops a window that floor rounding
+    of the given padding would count (one starting in the end padding)."""
+    fitted = []
+    for (b, _e), size, k, s, d, o in zip(pads, spatial, kernel, strides, dilations, out):
+        eff = (int(k) - 1) * int(d) + 1
+        lo = (int(o) - 1) * int(s) + eff - int(size) - int(b)
+        hi = int(o) * int(s) + eff - int(size) - int(b) - 1
+        if hi < 0:
+            raise EvalError(f"no end padding gives {o} pooling windows over {size} (begin padding {b})")
+        fitted.append([int(b), max(lo, 0)])
+    return fitted
+
+
 def _pool_window_tables(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
                         pads: list[list[int]], out: list[int]) -> list[np.ndarray]:
     """[taps, valid, hit, miss], each [P, K] (P output positions, K window taps, both row-major).
@@ -359,6 +388,14 @@ def _pool_index_base(planes: int, spatial: list[int], strides: list[int], pads: 
 
 
 SPATIAL_FUNCTIONS: tuple[Function, ...] = (
+    Function("pool_fit_pads", ("list[list[int]]", "list[int]", "list[int]", "list[int]", "list[int]", "list[int]"),
+             "list[list[int]]", _pool_fit_pads,
+             doc="[begin, end] pads giving exactly `out` floor-rounded pooling windows (pads, spatial, kernel, "
+                 "strides, dilations, out)"),
+    Function("pool_out_shape", ("list[int]", "list[int]", "list[int]", "list[int]", "list[list[int]]", "bool"),
+             "list[int]", _pool_out_shape,
+             doc="pooling windows per spatial dim, ceil-mode windows starting in the end padding dropped (spatial, "
+                 "kernel, strides, dilations, pads, ceil_mode)"),
     Function("pool_empty_window", ("list[int]", "list[int]", "list[int]", "list[int]", "list[list[int]]", "list[int]"),
              "list[int]", _pool_empty_window,
              doc="first output position whose pooling window holds no input element, or [] (spatial, kernel, "
