@@ -125,7 +125,7 @@ _POOL_TYPES = {"float32": (np.float32, T.FLOAT), "uint8": (np.uint8, T.UINT8), "
 
 
 @st.composite
-def _pool(draw, types=tuple(sorted(_POOL_TYPES))):
+def _pool(draw, types=tuple(sorted(_POOL_TYPES)), unit_strides=False, pads_below_kernel=False):
     """A MaxPool case: 1-D to 3-D, dilated or not, ceil mode or not, pads up to past the kernel (so
     that some windows lie wholly in the padding), float inputs with ties and ±inf, int8 / uint8."""
     nd = draw(st.integers(1, 3))
@@ -133,11 +133,16 @@ def _pool(draw, types=tuple(sorted(_POOL_TYPES))):
     dil = [draw(st.integers(1, 2)) for _ in range(nd)]
     # onnx.reference takes its ONNX-exact path (flat indices over all planes) only when some
     # stride or dilation is not 1; its other path drops the plane offset.
-    strides = [draw(st.integers(2, 3))] + [draw(st.integers(1, 3)) for _ in range(nd - 1)]
+    strides = [draw(st.integers(1 if unit_strides else 2, 3))] + [draw(st.integers(1, 3)) for _ in range(nd - 1)]
     span = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
     wide = draw(st.integers(0, 3)) == 0  # now and then pads up to past the kernel
+    if pads_below_kernel:  # onnxruntime refuses pads of a kernel's size or more
+        span = kernel
     begin = [draw(st.integers(0, s if wide else s - 1)) for s in span]
     end = [draw(st.integers(0, s if wide else s - 1)) for s in span]
+    if pads_below_kernel:
+        begin, end = [min(b, k - 1) for b, k in zip(begin, kernel)], [min(e, k - 1) for e, k in zip(end, kernel)]
+        span = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
     top = 7 if nd < 3 else 4
     sizes = [draw(st.integers(max(1, s - b - e), max(top, s - b - e))) for s, b, e in zip(span, begin, end)]
     n, c = draw(st.integers(1, 2)), draw(st.integers(1, 2 if nd == 3 else 3))
@@ -190,7 +195,7 @@ def _pool_model(x, attrs, results, opset=12):
     return _model(node, [h.make_tensor_value_info("x", onnx_t, list(x.shape))], outs[:results], opset=opset)
 
 
-def _check_pool(x, attrs, results, backend, opset=12):
+def _check_pool(x, attrs, results, backend, opset=12, runtime=None):
     model = _pool_model(x, attrs, results, opset)
     result = qlower.lower(load_onnx(model), _onnx_rules(), backend=backend)
     if _has_empty_window(list(x.shape), attrs, opset):
@@ -205,7 +210,7 @@ def _check_pool(x, attrs, results, backend, opset=12):
             result.raise_for_errors()
         return
     result.raise_for_errors()
-    want = ReferenceEvaluator(model).run(None, {"x": x})
+    want = runtime(model, {"x": x}) if runtime else ReferenceEvaluator(model).run(None, {"x": x})
     got = run(result.qnn, {"x": x})
     np.testing.assert_array_equal(np.asarray(got["y"]), want[0])
     assert np.asarray(got["y"]).dtype == want[0].dtype
@@ -225,6 +230,23 @@ def test_maxpool_indices_equal_onnx_reference(case, backend, opset):
 def test_maxpool_values_equal_onnx_reference(case, backend, opset):
     x, attrs = case
     _check_pool(x, attrs, 1, backend, opset)
+
+
+def _onnxruntime(model, feeds):
+    ort = pytest.importorskip("onnxruntime")  # optional: a second implementation, not written here
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+@settings(max_examples=30, deadline=None)
+@given(_pool(unit_strides=True, pads_below_kernel=True), st.sampled_from(["cpu", "htp"]), st.sampled_from([1, 2]))
+def test_maxpool_equals_onnxruntime(case, backend, results):
+    # onnxruntime computes unit-stride pooling too (onnx.reference's path for it drops the plane
+    # offset from Indices), but no windows wholly in the padding beyond what dilation makes
+    x, attrs = case
+    if results == 1 and x.dtype != np.float32:
+        return
+    _check_pool(x, attrs, results, backend, opset=22, runtime=_onnxruntime)
 
 
 @pytest.mark.parametrize("backend", ["cpu", "htp"])
