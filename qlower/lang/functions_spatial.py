@@ -374,17 +374,18 @@ def _pool_index_offsets(spatial: list[int], kernel: list[int], dilations: list[i
 
 
 def _pool_index_base(planes: int, spatial: list[int], strides: list[int], pads: list[list[int]], out: list[int],
-                     storage_order: int) -> np.ndarray:
-    """[planes, P] int32: ONNX MaxPool's flat Index of each window's first tap (it may lie in the
-    padding; the tap that wins never does), plane p (= n·C + c) starting at p·prod(spatial)."""
+                     storage_order: int) -> list[np.ndarray]:
+    """[planes [planes, 1], first [1, P]] int32, whose sum is ONNX MaxPool's flat Index of each window's
+    first tap (it may lie in the padding; the tap that wins never does): plane p (= n·C + c) starts
+    at p·prod(spatial). Two broadcast parts rather than their [planes, P] sum: less static data."""
     fs = _flat_strides(spatial, storage_order)
     grids = np.meshgrid(*[np.arange(int(o)) * int(s) - int(p[0]) for o, s, p in zip(out, strides, pads)],
                         indexing="ij")
-    first = np.asarray(sum(g * f for g, f in zip(grids, fs))).reshape(-1)
+    first = np.asarray(sum(g * f for g, f in zip(grids, fs))).reshape(1, -1)
     size = int(np.prod([int(v) for v in spatial]))
     if int(planes) * size >= 2**31:
         raise EvalError("MaxPool Indices past 2^31 do not fit int32")
-    return (np.arange(int(planes))[:, None] * size + first[None, :]).astype(np.int32)
+    return [(np.arange(int(planes)) * size).reshape(-1, 1).astype(np.int32), first.astype(np.int32)]
 
 
 SPATIAL_FUNCTIONS: tuple[Function, ...] = (
@@ -407,10 +408,10 @@ SPATIAL_FUNCTIONS: tuple[Function, ...] = (
     Function("pool_index_offsets", ("list[int]", "list[int]", "list[int]", "int"), "tensor", _pool_index_offsets,
              doc="[K] int32 offsets of window taps in MaxPool's flat Indices, any rank (spatial, kernel, dilations, "
                  "storage_order)"),
-    Function("pool_index_base", ("int", "list[int]", "list[int]", "list[list[int]]", "list[int]", "int"), "tensor",
-             _pool_index_base,
-             doc="[planes, P] int32 flat Index of each window's first tap, any rank (planes, spatial, strides, "
-                 "pads, out, storage_order)"),
+    Function("pool_index_base", ("int", "list[int]", "list[int]", "list[list[int]]", "list[int]", "int"),
+             "list[tensor]", _pool_index_base,
+             doc="[[planes, 1], [1, P]] int32 whose sum is the flat Index of each window's first tap, any rank "
+                 "(planes, spatial, strides, pads, out, storage_order)"),
     Function("pool_argmax_offsets", ("list[int]", "list[int]", "list[int]", "int"), "tensor", _pool_argmax_offsets,
              doc="[kh*kw] int32 offsets of window taps in MaxPool's flat Indices (spatial, kernel, dilations, "
                  "storage_order)"),
