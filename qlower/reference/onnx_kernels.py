@@ -191,6 +191,11 @@ class OnnxKernels(Mapping[str, Kernel]):
         if op == "DequantizeLinear" and args and args[0] is not None and args[0].dtype.kind == "f":
             return [np.asarray(args[0], np.float32)]  # already real: the operand carried the encoding
         args, attrs = with_param_inputs(op, args, attrs)
+        if op == "MaxPool":
+            widened = _max_pool_exact_path(args, attrs)
+            if widened is not None:
+                got = self.run(op, *widened, [_widened_spec(o) for o in outs] if outs else outs)
+                return [np.asarray(r)[..., 0] for r in got]
         n_out = max(len(outs), 1)
         sess, names = self._session(op, attrs, args, n_out)
         feeds = {name: a for name, a in zip(names, args) if name}
@@ -226,6 +231,34 @@ class OnnxKernels(Mapping[str, Kernel]):
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return built
+
+
+def _max_pool_exact_path(args: list, attrs: Mapping[str, Any]) -> tuple[list, dict] | None:
+    """MaxPool's operands and attributes with a trailing unit spatial dim pooled at stride 2 (the same
+    windows, values and flat Indices, row- or column-major), or None when not needed.
+
+    onnx.reference computes a MaxPool whose strides and dilations are all 1 with a generic pooling
+    routine that pads 1-D inputs wrongly and builds Indices without the plane offset (and from the
+    output shape instead of the kernel's); any other stride sends it to its exact MaxPool routine,
+    which onnxruntime and torch agree with. 1-D and 2-D pooling only (the routine stops at 3-D)."""
+    x = args[0] if args else None
+    if x is None or np.ndim(x) not in (3, 4):
+        return None
+    nd = np.ndim(x) - 2
+    strides = [int(v) for v in attrs.get("strides") or [1] * nd]
+    dilations = [int(v) for v in attrs.get("dilations") or [1] * nd]
+    if any(v != 1 for v in strides + dilations) or "kernel_shape" not in attrs:
+        return None
+    pads = [int(v) for v in attrs.get("pads") or [0] * (2 * nd)]
+    wide = dict(attrs)
+    wide.update(kernel_shape=[int(v) for v in attrs["kernel_shape"]] + [1], strides=strides + [2],
+                dilations=dilations + [1], pads=pads[:nd] + [0] + pads[nd:] + [0])
+    return [np.asarray(x)[..., None]] + list(args[1:]), wide
+
+
+def _widened_spec(spec: OutSpec) -> OutSpec:
+    """`spec` for the result with a trailing unit dim (see _max_pool_exact_path)."""
+    return attrs.evolve(spec, shape=None if spec.shape is None else tuple(spec.shape) + (1,))
 
 
 def _to_result(r: np.ndarray, spec: OutSpec | None) -> np.ndarray:

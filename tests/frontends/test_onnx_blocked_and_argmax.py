@@ -7,6 +7,8 @@ reference interpreter:
 * MaxPool's second result, Indices: flat positions in the input (storage_order 0 row-major,
   1 column-major) of each window's first maximum, 1-D to 3-D, float (±inf included), int8 and
   uint8, on CPU and HTP (float16); a window wholly in the padding is refused (patterns/onnx/conv.qpat).
+  Also checked against onnxruntime (when installed) for unit strides, where onnx.reference's own
+  pooling routine is wrong and qlower's verification reference routes around it.
 """
 
 from __future__ import annotations
@@ -247,6 +249,34 @@ def test_maxpool_equals_onnxruntime(case, backend, results):
     if results == 1 and x.dtype != np.float32:
         return
     _check_pool(x, attrs, results, backend, opset=22, runtime=_onnxruntime)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+@pytest.mark.parametrize("shape", [[2, 3, 11], [1, 3, 9, 10]])
+def test_torch_exported_maxpool_with_indices_verifies(backend, shape):
+    # torch.onnx.export of MaxPool{1,2}d(return_indices=True) (dynamo, opset 18): ONNX's Indices
+    # minus each plane's start, found by a second MaxPool (kernel 1, stride 1) whose Indices
+    # onnx.reference gets wrong on its own; --verify compares with qlower's onnx reference kernels
+    nd = len(shape) - 2
+    nodes = [
+        h.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3] * nd, strides=[2] * nd, pads=[1] * (2 * nd),
+                    ceil_mode=1),
+        h.make_node("MaxPool", ["x"], ["_", "j"], kernel_shape=[1] * nd, strides=[1] * nd),
+        h.make_node("Slice", ["j", "zero", "one", "axes"], ["first"]),
+        h.make_node("Sub", ["i", "first"], ["z"]),
+    ]
+    inits = [numpy_helper.from_array(np.zeros(nd, np.int64), "zero"), numpy_helper.from_array(np.ones(nd, np.int64), "one"),
+             numpy_helper.from_array(np.arange(2, 2 + nd, dtype=np.int64), "axes")]
+    g = h.make_graph(nodes, "m", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, None), h.make_tensor_value_info("z", T.INT64, None)], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    result = qlower.lower(load_onnx(model), _onnx_rules(), backend=backend, verify=True, inputs={"x": x})
+    result.raise_for_errors()
+    assert result.verification.passed
+    want = _onnxruntime(model, {"x": x})[1]
+    np.testing.assert_array_equal(np.asarray(run(result.qnn, {"x": x})["z"], np.int64), want)
+    assert (want.max() >= shape[-1]) == (nd == 2)  # 2-D: flat over each plane, not within a row
 
 
 @pytest.mark.parametrize("backend", ["cpu", "htp"])
