@@ -192,10 +192,12 @@ class OnnxKernels(Mapping[str, Kernel]):
             return [np.asarray(args[0], np.float32)]  # already real: the operand carried the encoding
         args, attrs = with_param_inputs(op, args, attrs)
         if op == "MaxPool":
-            widened = _max_pool_exact_path(args, attrs)
-            if widened is not None:
-                got = self.run(op, *widened, [_widened_spec(o) for o in outs] if outs else outs)
+            fixed = _max_pool_exact_path(args, attrs)
+            if fixed is not None and fixed[0][0].ndim > args[0].ndim:  # a trailing unit dim: run, drop it
+                got = self.run(op, fixed[0], fixed[1], [_widened_spec(o) for o in outs])
                 return [np.asarray(r)[..., 0] for r in got]
+            if fixed is not None:
+                args, attrs = fixed
         n_out = max(len(outs), 1)
         sess, names = self._session(op, attrs, args, n_out)
         feeds = {name: a for name, a in zip(names, args) if name}
@@ -235,20 +237,28 @@ class OnnxKernels(Mapping[str, Kernel]):
 
 def _max_pool_exact_path(args: list, attrs: Mapping[str, Any]) -> tuple[list, dict] | None:
     """MaxPool's operands and attributes with a trailing unit spatial dim pooled at stride 2 (the same
-    windows, values and flat Indices, row- or column-major), or None when not needed.
+    windows, values and flat Indices, row- or column-major), or None when not needed or possible.
 
     onnx.reference computes a MaxPool whose strides and dilations are all 1 with a generic pooling
     routine that pads 1-D inputs wrongly and builds Indices without the plane offset (and from the
     output shape instead of the kernel's); any other stride sends it to its exact MaxPool routine,
-    which onnxruntime and torch agree with. 1-D and 2-D pooling only (the routine stops at 3-D)."""
+    which onnxruntime and torch agree with. The routine stops at 3-D: there a kernel dim of 1 gets
+    dilation 2 instead (a one-tap window ignores its dilation), as in torch's export of
+    MaxPool3d(return_indices=True); a 3-D kernel without one is left to the generic routine."""
     x = args[0] if args else None
-    if x is None or np.ndim(x) not in (3, 4):
+    if x is None or np.ndim(x) not in (3, 4, 5) or "kernel_shape" not in attrs:
         return None
     nd = np.ndim(x) - 2
     strides = [int(v) for v in attrs.get("strides") or [1] * nd]
     dilations = [int(v) for v in attrs.get("dilations") or [1] * nd]
-    if any(v != 1 for v in strides + dilations) or "kernel_shape" not in attrs:
+    kernel = [int(v) for v in attrs["kernel_shape"]]
+    if any(v != 1 for v in strides + dilations):
         return None
+    if nd == 3:
+        if 1 not in kernel:
+            return None
+        one = kernel.index(1)
+        return list(args), {**attrs, "dilations": [2 if i == one else 1 for i in range(nd)], "strides": strides}
     pads = [int(v) for v in attrs.get("pads") or [0] * (2 * nd)]
     wide = dict(attrs)
     wide.update(kernel_shape=[int(v) for v in attrs["kernel_shape"]] + [1], strides=strides + [2],

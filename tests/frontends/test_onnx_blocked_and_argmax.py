@@ -252,9 +252,9 @@ def test_maxpool_equals_onnxruntime(case, backend, results):
 
 
 @pytest.mark.parametrize("backend", ["cpu", "htp"])
-@pytest.mark.parametrize("shape", [[2, 3, 11], [1, 3, 9, 10]])
+@pytest.mark.parametrize("shape", [[2, 3, 11], [1, 3, 9, 10], [1, 2, 5, 6, 7]])
 def test_torch_exported_maxpool_with_indices_verifies(backend, shape):
-    # torch.onnx.export of MaxPool{1,2}d(return_indices=True) (dynamo, opset 18): ONNX's Indices
+    # torch.onnx.export of MaxPool{1,2,3}d(return_indices=True) (dynamo, opset 18): ONNX's Indices
     # minus each plane's start, found by a second MaxPool (kernel 1, stride 1) whose Indices
     # onnx.reference gets wrong on its own; --verify compares with qlower's onnx reference kernels
     nd = len(shape) - 2
@@ -276,7 +276,7 @@ def test_torch_exported_maxpool_with_indices_verifies(backend, shape):
     assert result.verification.passed
     want = _onnxruntime(model, {"x": x})[1]
     np.testing.assert_array_equal(np.asarray(run(result.qnn, {"x": x})["z"], np.int64), want)
-    assert (want.max() >= shape[-1]) == (nd == 2)  # 2-D: flat over each plane, not within a row
+    assert (want.max() >= shape[-1]) == (nd > 1)  # 2-D, 3-D: flat over each plane, not within a row
 
 
 @pytest.mark.parametrize("backend", ["cpu", "htp"])
