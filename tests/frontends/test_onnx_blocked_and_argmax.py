@@ -127,7 +127,7 @@ _POOL_TYPES = {"float32": (np.float32, T.FLOAT), "uint8": (np.uint8, T.UINT8), "
 
 
 @st.composite
-def _pool(draw, types=tuple(sorted(_POOL_TYPES)), unit_strides=False, pads_below_kernel=False):
+def _pool(draw, types=tuple(sorted(_POOL_TYPES)), unit_strides=False, pads_below_kernel=False, infinities=True):
     """A MaxPool case: 1-D to 3-D, dilated or not, ceil mode or not, pads up to past the kernel (so
     that some windows lie wholly in the padding), float inputs with ties and ±inf, int8 / uint8."""
     nd = draw(st.integers(1, 3))
@@ -156,7 +156,7 @@ def _pool(draw, types=tuple(sorted(_POOL_TYPES)), unit_strides=False, pads_below
     shape = [n, c, *sizes]
     if dtype == "float32":
         x = rng.integers(-3, 4, shape).astype(np.float32)  # few values: ties, the first maximum wins
-        if draw(st.booleans()):
+        if infinities and draw(st.booleans()):
             x[rng.random(shape) < 0.3] = np.inf
             x[rng.random(shape) < 0.4] = -np.inf
     else:
@@ -241,14 +241,25 @@ def _onnxruntime(model, feeds):
 
 
 @settings(max_examples=30, deadline=None)
-@given(_pool(unit_strides=True, pads_below_kernel=True), st.sampled_from(["cpu", "htp"]), st.sampled_from([1, 2]))
+@given(_pool(unit_strides=True, pads_below_kernel=True, infinities=False), st.sampled_from(["cpu", "htp"]),
+       st.sampled_from([1, 2]))
 def test_maxpool_equals_onnxruntime(case, backend, results):
     # onnxruntime computes unit-stride pooling too (onnx.reference's path for it drops the plane
-    # offset from Indices), but no windows wholly in the padding beyond what dilation makes
+    # offset from Indices), but no windows wholly in the padding beyond what dilation makes; finite
+    # inputs only: onnxruntime's max of a window of -inf is the lowest float (index -1), not -inf
     x, attrs = case
     if results == 1 and x.dtype != np.float32:
         return
     _check_pool(x, attrs, results, backend, opset=22, runtime=_onnxruntime)
+    nd = x.ndim - 2
+    if _has_empty_window(list(x.shape), attrs, 22) or (nd == 3 and 1 not in attrs["kernel_shape"]):
+        return  # nothing lowered; or a 3-D unit-stride kernel, which onnx.reference alone computes
+    if backend == "htp" and x.dtype == np.int8 and nd == 3:
+        return  # not lowered (see _check_pool)
+    # --verify's reference (onnx.reference, routed around its unit-stride routine) agrees as well
+    result = qlower.lower(load_onnx(_pool_model(x, attrs, results, 22)), _onnx_rules(), backend=backend, verify=True,
+                          inputs={"x": x})
+    assert result.verification.passed, result.verification
 
 
 @pytest.mark.parametrize("backend", ["cpu", "htp"])
