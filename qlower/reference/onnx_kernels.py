@@ -268,11 +268,12 @@ def _max_pool_exact_path(args: list, attrs: Mapping[str, Any]) -> tuple[list, di
         fixed.update(auto_pad="NOTSET", pads=begin + end)
     elif mode == "VALID":
         fixed.update(auto_pad="NOTSET", pads=[0] * (2 * nd))
+    resolved = (list(args), fixed) if mode in ("SAME_UPPER", "SAME_LOWER", "VALID") else None
     if any(v != 1 for v in strides + dilations):
-        return (list(args), fixed) if fixed != dict(attrs) else None
+        return resolved
     if nd == 3:
         if 1 not in kernel:
-            return (list(args), fixed) if fixed != dict(attrs) else None
+            return resolved
         one = kernel.index(1)
         fixed.update(dilations=[2 if i == one else 1 for i in range(nd)], strides=strides)
         return list(args), fixed
