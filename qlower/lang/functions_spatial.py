@@ -266,7 +266,152 @@ def _pool_window_valid(spatial: list[int], kernel: list[int], strides: list[int]
     return valid.reshape(rows.shape[0], cols.shape[0], -1)
 
 
+def _pool_taps(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
+               pads: list[list[int]], out: list[int]) -> list[np.ndarray]:
+    """Per dim [out, k] int64 coordinates of each window tap along that dim (padding included)."""
+    n = len(spatial)
+    if not (len(kernel) == len(strides) == len(dilations) == len(pads) == len(out) == n):
+        raise EvalError(f"pooling window: {n} spatial dims but kernel {kernel}, strides {strides}, "
+                        f"dilations {dilations}, pads {pads}, out {out}")
+    return [np.arange(int(o))[:, None] * int(s) - int(p[0]) + np.arange(int(k))[None, :] * int(d)
+            for k, s, d, p, o in zip(kernel, strides, dilations, pads, out)]
+
+
+def _pool_empty_window(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
+                       pads: list[list[int]], out: list[int]) -> list[int]:
+    """The first output position (row-major) whose pooling window holds no input element, or [].
+
+    Such a window (pads past the kernel, dilated taps that skip the input) has no maximum: ONNX
+    leaves it undefined and its implementations disagree, so a rule refuses it."""
+    taps = _pool_taps(spatial, kernel, strides, dilations, pads, out)
+    n = len(spatial)
+    empty = np.zeros([int(o) for o in out], dtype=bool)
+    for i, (t, size) in enumerate(zip(taps, spatial)):
+        shape = [1] * n
+        shape[i] = t.shape[0]
+        empty = empty | ~((t >= 0) & (t < int(size))).any(axis=1).reshape(shape)
+    hits = np.argwhere(empty)
+    return [int(v) for v in hits[0]] if len(hits) else []
+
+
+def _pool_out_shape(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
+                    pads: list[list[int]], ceil_mode: bool) -> list[int]:
+    """Pooling windows per spatial dim as onnxruntime, onnx.reference and ONNX shape inference from
+    opset 22 count them: a ceil-mode window that would start in the end padding is dropped
+    (inference for older opsets counts it)."""
+    out = []
+    for size, k, s, d, (b, e) in zip(spatial, kernel, strides, dilations, pads):
+        span = int(size) + int(b) + int(e) - (int(k) - 1) * int(d) - 1
+        n = (-(-span // int(s)) if ceil_mode else span // int(s)) + 1
+        out.append(n - 1 if ceil_mode and (n - 1) * int(s) >= int(size) + int(b) else n)
+    return out
+
+
+def _pool_fit_pads(pads: list[list[int]], spatial: list[int], kernel: list[int], strides: list[int],
+                   dilations: list[int], out: list[int]) -> list[list[int]]:
+    """[begin, end] pads per dim with which floor-rounded pooling gives exactly `out` windows: the
+    end padding extended for ceil mode, or cut where ceil mode drops a window that floor rounding
+    of the given padding would count (one starting in the end padding)."""
+    fitted = []
+    for (b, _e), size, k, s, d, o in zip(pads, spatial, kernel, strides, dilations, out):
+        eff = (int(k) - 1) * int(d) + 1
+        lo = (int(o) - 1) * int(s) + eff - int(size) - int(b)
+        hi = int(o) * int(s) + eff - int(size) - int(b) - 1
+        if hi < 0:
+            raise EvalError(f"no end padding gives {o} pooling windows over {size} (begin padding {b})")
+        fitted.append([int(b), max(lo, 0)])
+    return fitted
+
+
+def _pool_window_tables(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
+                        pads: list[list[int]], out: list[int]) -> list[np.ndarray]:
+    """[taps, valid, hit, miss], each [P, K] (P output positions, K window taps, both row-major).
+
+    taps (int32): each tap's row-major flat position in its input plane (0 for a padded tap, which
+    `valid` (bool) masks out); hit / miss (int32): argmax keys, distinct within a window, of a valid
+    tap that does / does not equal the window maximum (2K − k / K − k, padded taps 0), so the
+    largest key is the first maximal tap whatever order Argmax breaks ties in."""
+    taps = _pool_taps(spatial, kernel, strides, dilations, pads, out)
+    n = len(spatial)
+    flat = np.zeros([1] * (2 * n), dtype=np.int64)
+    valid = np.ones([1] * (2 * n), dtype=bool)
+    stride = 1
+    for i in reversed(range(n)):
+        t = taps[i]
+        shape = [1] * (2 * n)
+        shape[i], shape[n + i] = t.shape
+        inside = (t >= 0) & (t < int(spatial[i]))
+        flat = flat + np.where(inside, t, 0).reshape(shape) * stride
+        valid = valid & inside.reshape(shape)
+        stride *= int(spatial[i])
+    full = [int(o) for o in out] + [int(k) for k in kernel]
+    p, k = int(np.prod(full[:n])), int(np.prod(full[n:]))
+    flat = np.broadcast_to(flat, full).reshape(p, k)
+    valid = np.broadcast_to(valid, full).reshape(p, k)
+    rank = np.arange(k)[None, :]
+    hit = np.where(valid, 2 * k - rank, 0)
+    miss = np.where(valid, k - rank, 0)
+    return [flat.astype(np.int32), valid, hit.astype(np.int32), miss.astype(np.int32)]
+
+
+def _flat_strides(spatial: list[int], storage_order: int) -> list[int]:
+    """How far one step along each spatial dim moves a flat index (0 row-major, 1 column-major)."""
+    dims = [int(v) for v in spatial]
+    order = range(len(dims)) if int(storage_order) == 1 else reversed(range(len(dims)))
+    out, step = [0] * len(dims), 1
+    for i in order:
+        out[i], step = step, step * dims[i]
+    return out
+
+
+def _pool_index_offsets(spatial: list[int], kernel: list[int], dilations: list[int], storage_order: int) -> np.ndarray:
+    """[K] int32: how far window tap k (row-major) lies from the window's first tap in ONNX
+    MaxPool's flat Indices (any number of spatial dims; storage_order 1: column-major)."""
+    fs = _flat_strides(spatial, storage_order)
+    grids = np.meshgrid(*[np.arange(int(k)) * int(d) for k, d in zip(kernel, dilations)], indexing="ij")
+    off = sum(g * f for g, f in zip(grids, fs))
+    return np.asarray(off).reshape(-1).astype(np.int32)
+
+
+def _pool_index_base(planes: int, spatial: list[int], strides: list[int], pads: list[list[int]], out: list[int],
+                     storage_order: int) -> list[np.ndarray]:
+    """[planes [planes, 1], first [1, P]] int32, whose sum is ONNX MaxPool's flat Index of each window's
+    first tap (it may lie in the padding; the tap that wins never does): plane p (= n·C + c) starts
+    at p·prod(spatial). Two broadcast parts rather than their [planes, P] sum: less static data."""
+    fs = _flat_strides(spatial, storage_order)
+    grids = np.meshgrid(*[np.arange(int(o)) * int(s) - int(p[0]) for o, s, p in zip(out, strides, pads)],
+                        indexing="ij")
+    first = np.asarray(sum(g * f for g, f in zip(grids, fs))).reshape(1, -1)
+    size = int(np.prod([int(v) for v in spatial]))
+    if int(planes) * size >= 2**31:
+        raise EvalError("MaxPool Indices past 2^31 do not fit int32")
+    return [(np.arange(int(planes)) * size).reshape(-1, 1).astype(np.int32), first.astype(np.int32)]
+
+
 SPATIAL_FUNCTIONS: tuple[Function, ...] = (
+    Function("pool_fit_pads", ("list[list[int]]", "list[int]", "list[int]", "list[int]", "list[int]", "list[int]"),
+             "list[list[int]]", _pool_fit_pads,
+             doc="[begin, end] pads giving exactly `out` floor-rounded pooling windows (pads, spatial, kernel, "
+                 "strides, dilations, out)"),
+    Function("pool_out_shape", ("list[int]", "list[int]", "list[int]", "list[int]", "list[list[int]]", "bool"),
+             "list[int]", _pool_out_shape,
+             doc="pooling windows per spatial dim, ceil-mode windows starting in the end padding dropped (spatial, "
+                 "kernel, strides, dilations, pads, ceil_mode)"),
+    Function("pool_empty_window", ("list[int]", "list[int]", "list[int]", "list[int]", "list[list[int]]", "list[int]"),
+             "list[int]", _pool_empty_window,
+             doc="first output position whose pooling window holds no input element, or [] (spatial, kernel, "
+                 "strides, dilations, pads, out)"),
+    Function("pool_window_tables", ("list[int]", "list[int]", "list[int]", "list[int]", "list[list[int]]",
+                                    "list[int]"), "list[tensor]", _pool_window_tables,
+             doc="[taps, valid, hit, miss] [P, K]: flat input position of each window tap, whether it is in the "
+                 "input, and first-maximum argmax keys (spatial, kernel, strides, dilations, pads, out)"),
+    Function("pool_index_offsets", ("list[int]", "list[int]", "list[int]", "int"), "tensor", _pool_index_offsets,
+             doc="[K] int32 offsets of window taps in MaxPool's flat Indices, any rank (spatial, kernel, dilations, "
+                 "storage_order)"),
+    Function("pool_index_base", ("int", "list[int]", "list[int]", "list[list[int]]", "list[int]", "int"),
+             "list[tensor]", _pool_index_base,
+             doc="[[planes, 1], [1, P]] int32 whose sum is the flat Index of each window's first tap, any rank "
+                 "(planes, spatial, strides, pads, out, storage_order)"),
     Function("pool_argmax_offsets", ("list[int]", "list[int]", "list[int]", "int"), "tensor", _pool_argmax_offsets,
              doc="[kh*kw] int32 offsets of window taps in MaxPool's flat Indices (spatial, kernel, dilations, "
                  "storage_order)"),

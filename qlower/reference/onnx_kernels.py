@@ -191,6 +191,13 @@ class OnnxKernels(Mapping[str, Kernel]):
         if op == "DequantizeLinear" and args and args[0] is not None and args[0].dtype.kind == "f":
             return [np.asarray(args[0], np.float32)]  # already real: the operand carried the encoding
         args, attrs = with_param_inputs(op, args, attrs)
+        if op == "MaxPool":
+            fixed = _max_pool_exact_path(args, attrs)
+            if fixed is not None and fixed[0][0].ndim > args[0].ndim:  # a trailing unit dim: run, drop it
+                got = self.run(op, fixed[0], fixed[1], [_widened_spec(o) for o in outs])
+                return [np.asarray(r)[..., 0] for r in got]
+            if fixed is not None:
+                args, attrs = fixed
         n_out = max(len(outs), 1)
         sess, names = self._session(op, attrs, args, n_out)
         feeds = {name: a for name, a in zip(names, args) if name}
@@ -226,6 +233,59 @@ class OnnxKernels(Mapping[str, Kernel]):
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return built
+
+
+def _max_pool_exact_path(args: list, attrs: Mapping[str, Any]) -> tuple[list, dict] | None:
+    """MaxPool's operands and attributes rewritten to the same windows, values and flat Indices for
+    onnx.reference's exact MaxPool routine, or None when no rewrite is needed or possible.
+
+    onnx.reference computes a MaxPool whose strides and dilations are all 1 with a generic pooling
+    routine that pads 1-D inputs wrongly and builds Indices without the plane offset (and from the
+    output shape instead of the kernel's); any other stride sends it to its exact routine, which
+    onnxruntime and torch agree with: 1-D and 2-D pooling gets a trailing unit spatial dim pooled at
+    stride 2. That routine stops at 3-D: there a kernel dim of 1 gets dilation 2 instead (a one-tap
+    window ignores its dilation), as in torch's export of MaxPool3d(return_indices=True); a 3-D kernel
+    without one is left to the generic routine. auto_pad becomes explicit pads: the exact routine
+    counts ceil(size / stride) SAME_LOWER windows as floor, and ignores ceil_mode under VALID (ONNX
+    shape inference and onnxruntime do neither)."""
+    x = args[0] if args else None
+    if x is None or np.ndim(x) not in (3, 4, 5) or "kernel_shape" not in attrs:
+        return None
+    nd = np.ndim(x) - 2
+    strides = [int(v) for v in attrs.get("strides") or [1] * nd]
+    dilations = [int(v) for v in attrs.get("dilations") or [1] * nd]
+    kernel = [int(v) for v in attrs["kernel_shape"]]
+    fixed = dict(attrs)
+    mode = attrs.get("auto_pad", "NOTSET")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for size, k, st, d in zip(np.shape(x)[2:], kernel, strides, dilations):
+            total = max((-(-int(size) // st) - 1) * st + (k - 1) * d + 1 - int(size), 0)
+            small = total // 2
+            begin.append(small if mode == "SAME_UPPER" else total - small)
+            end.append(total - begin[-1])
+        fixed.update(auto_pad="NOTSET", pads=begin + end)
+    elif mode == "VALID":
+        fixed.update(auto_pad="NOTSET", pads=[0] * (2 * nd))
+    resolved = (list(args), fixed) if mode in ("SAME_UPPER", "SAME_LOWER", "VALID") else None
+    if any(v != 1 for v in strides + dilations):
+        return resolved
+    if nd == 3:
+        if 1 not in kernel:
+            return resolved
+        one = kernel.index(1)
+        fixed.update(dilations=[2 if i == one else 1 for i in range(nd)], strides=strides)
+        return list(args), fixed
+    pads = [int(v) for v in fixed.get("pads") or [0] * (2 * nd)]
+    fixed.update(kernel_shape=kernel + [1], strides=strides + [2], dilations=dilations + [1],
+                 pads=pads[:nd] + [0] + pads[nd:] + [0])
+    return [np.asarray(x)[..., None]] + list(args[1:]), fixed
+
+
+def _widened_spec(spec: OutSpec) -> OutSpec:
+    """`spec` for the result with a trailing unit dim (see _max_pool_exact_path)."""
+    return attrs.evolve(spec, shape=None if spec.shape is None else tuple(spec.shape) + (1,))
 
 
 def _to_result(r: np.ndarray, spec: OutSpec | None) -> np.ndarray:
