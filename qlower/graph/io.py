@@ -140,6 +140,19 @@ def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<s
             gc.enable()
 
 
+def _wire(o: Op, ops: dict[str, Op]) -> None:
+    """Add `o` to the graph's op table as its operands' user and its results' producer: what
+    `Graph.add_op` does, minus the checks the loaders have already made."""
+    ops[o.name] = o
+    j = 0
+    for v in o.operands:
+        if v is not None:
+            v.users.append((o, j))
+        j += 1
+    for r in o.results:
+        r.producer = o
+
+
 def _fmt(x: Any) -> str:
     """A value as the user wrote it in JSON."""
     try:
@@ -275,14 +288,7 @@ class _Loader:
             for v in attrs_.values():
                 if type(v) not in plain and not _plain_list(v):
                     return None
-            o = ops[name] = make_op(name, op_type, attrs_, operands, results)
-            j = 0
-            for v in operands:
-                if v is not None:
-                    v.users.append((o, j))
-                j += 1
-            for r in results:
-                r.producer = o
+            _wire(make_op(name, op_type, attrs_, operands, results), ops)
         ins = self.io_list(values, doc.inputs, "input")
         outs = self.io_list(values, doc.outputs, "output")
         if self.errors or any(v.producer is not None for v in ins):
@@ -592,14 +598,7 @@ class _Loader:
                                  "bad-attr", f"node {name}")
             else:
                 attrs_ = {}  # each op its own (rewrites may set attributes)
-            o = ops[name] = make(name, op, attrs_, operands, results)
-            j = 0
-            for v in operands:
-                if v is not None:
-                    v.users.append((o, j))
-                j += 1
-            for r in results:
-                r.producer = o
+            _wire(make(name, op, attrs_, operands, results), ops)
 
     def bad_node(self, i: int, n: Any, values: dict[str, Value], g: Graph) -> None:
         """Explain why node #i was rejected (slow path, runs only for broken nodes)."""

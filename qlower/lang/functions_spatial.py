@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from qlower.lang.functions import EvalError, Function, _dtype
+from qlower.lang.functions import EvalError, Function
 
 
 def _pool_divisors(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
@@ -228,44 +228,6 @@ def _resize_axes(in_shape: list[int], out_shape: list[int], scales: list[float],
     return [[full[a]] + lohi[a] for a in range(r)]
 
 
-def _pool_argmax_offsets(spatial: list[int], kernel: list[int], dilations: list[int], storage_order: int) -> np.ndarray:
-    """[kh·kw] int32: how far window tap k lies from the window's first tap in ONNX MaxPool's flat
-    Indices (storage_order 0 row-major, 1 column-major)."""
-    (h, w), (kh, kw), (dh, dw) = ([int(v) for v in a] for a in (spatial, kernel, dilations))
-    rows, cols = np.meshgrid(np.arange(kh) * dh, np.arange(kw) * dw, indexing="ij")
-    off = rows * w + cols if int(storage_order) == 0 else rows + cols * h
-    return off.reshape(-1).astype(np.int32)
-
-
-def _pool_argmax_base(planes: int, spatial: list[int], strides: list[int], pads: list[list[int]], out: list[int],
-                      storage_order: int) -> np.ndarray:
-    """[planes, oh, ow] int32: ONNX MaxPool's flat Index of each window's first tap (it may lie in the
-    padding; the tap that wins never does), plane p (= n·C + c) starting at p·H·W."""
-    (h, w), (sh, sw), (oh, ow) = ([int(v) for v in a] for a in (spatial, strides, out))
-    h0 = np.arange(oh) * sh - int(pads[0][0])
-    w0 = np.arange(ow) * sw - int(pads[1][0])
-    first = h0[:, None] * w + w0[None, :] if int(storage_order) == 0 else h0[:, None] + w0[None, :] * h
-    base = np.arange(int(planes))[:, None, None] * (h * w) + first[None]
-    if base.size and (base.max() + h * w >= 2**31):
-        raise EvalError("MaxPool Indices past 2^31 do not fit int32")
-    return base.astype(np.int32)
-
-
-def _pool_window_valid(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
-                       pads: list[list[int]], out: list[int]) -> np.ndarray:
-    """[oh, ow, kh·kw] bool: whether window tap k (row-major) of each output lies in the input
-    rather than in the padding (a padded tap never counts for MaxPool)."""
-    inside = []
-    for size, k, s, d, (b, _e), o in zip(spatial, kernel, strides, dilations, pads, out):
-        taps = np.arange(int(o))[:, None] * int(s) - int(b) + np.arange(int(k))[None, :] * int(d)
-        inside.append((taps >= 0) & (taps < int(size)))
-    if len(inside) != 2:
-        raise EvalError(f"pool_window_valid needs 2-D pooling, got {len(inside)} spatial dims")
-    rows, cols = inside
-    valid = rows[:, None, :, None] & cols[None, :, None, :]
-    return valid.reshape(rows.shape[0], cols.shape[0], -1)
-
-
 def _pool_taps(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int],
                pads: list[list[int]], out: list[int]) -> list[np.ndarray]:
     """Per dim [out, k] int64 coordinates of each window tap along that dim (padding included)."""
@@ -412,16 +374,6 @@ SPATIAL_FUNCTIONS: tuple[Function, ...] = (
              "list[tensor]", _pool_index_base,
              doc="[[planes, 1], [1, P]] int32 whose sum is the flat Index of each window's first tap, any rank "
                  "(planes, spatial, strides, pads, out, storage_order)"),
-    Function("pool_argmax_offsets", ("list[int]", "list[int]", "list[int]", "int"), "tensor", _pool_argmax_offsets,
-             doc="[kh*kw] int32 offsets of window taps in MaxPool's flat Indices (spatial, kernel, dilations, "
-                 "storage_order)"),
-    Function("pool_window_valid", ("list[int]", "list[int]", "list[int]", "list[int]", "list[list[int]]", "list[int]"),
-             "tensor", _pool_window_valid,
-             doc="[oh, ow, kh*kw] bool: window taps inside the input (spatial, kernel, strides, dilations, pads, out)"),
-    Function("pool_argmax_base", ("int", "list[int]", "list[int]", "list[list[int]]", "list[int]", "int"), "tensor",
-             _pool_argmax_base,
-             doc="[planes, oh, ow] int32 flat Index of each window's first tap (planes, spatial, strides, pads, "
-                 "out, storage_order)"),
     Function("pool_divisors", ("list[int]", "list[int]", "list[int]", "list[int]", "list[list[int]]", "list[int]",
                                "bool"), "tensor", _pool_divisors,
              doc="[1, 1, *out] float32 reciprocal tap counts of average-pooling windows (spatial, kernel, "

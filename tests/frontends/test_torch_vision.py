@@ -12,10 +12,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning")
 
 import qlower  # noqa: E402
 from qlower.frontends.torch_frontend import load_exported  # noqa: E402
-from qlower.reference.interpreter import run_dequantized  # noqa: E402
+from tests.frontends.torch_harness import lower_and_compare  # noqa: E402
 
 nn = torch.nn
-TOL = {"cpu": 1e-4, "htp": 2e-2}
 
 
 @pytest.fixture(scope="module")
@@ -31,25 +30,6 @@ def _randomize_bn(model: nn.Module) -> nn.Module:
             m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
             m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
     return model
-
-
-def _lower_and_compare(model: nn.Module, args: tuple, rules, backend: str, core: bool) -> dict[str, int]:
-    """Lower the exported program (core-ATen when `core`), validate, run, compare; the QNN op counts."""
-    model.eval()
-    with torch.no_grad():
-        want = model(*args).numpy().astype(np.float64)
-    ep = torch.export.export(model, args, strict=False)
-    if core:
-        ep = ep.run_decompositions()
-    graph = load_exported(ep)
-    result = qlower.lower(graph, rules, backend=backend)
-    result.raise_for_errors()  # lowered and validated against the backend's op definitions
-    feeds = {v.name: a.numpy() for v, a in zip(graph.inputs, args)}
-    got = run_dequantized(result.qnn, feeds)[result.qnn.outputs[0]]
-    assert got.shape == want.shape
-    rel = np.max(np.abs(got - want)) / np.max(np.abs(want))
-    assert rel <= TOL[backend], rel
-    return result.qnn_op_counts()
 
 
 class ConvStack(nn.Module):
@@ -78,7 +58,7 @@ class ConvStack(nn.Module):
 @pytest.mark.parametrize("backend", ["cpu", "htp"])
 def test_conv_bn_pool_stack(rules, backend: str, core: bool) -> None:
     torch.manual_seed(0)
-    counts = _lower_and_compare(_randomize_bn(ConvStack()), (torch.randn(1, 3, 20, 20),), rules, backend, core)
+    counts = lower_and_compare(_randomize_bn(ConvStack()), (torch.randn(1, 3, 20, 20),), rules, backend, core)
     assert counts["Conv2d"] == 3 and counts["DepthWiseConv2d"] == 1 and counts["TransposeConv2d"] == 1
     assert counts["PoolMax2d"] == 1 and counts["PoolAvg2d"] == 1 and counts["Batchnorm"] == 2
 
@@ -100,7 +80,7 @@ class PatchEmbed(nn.Module):
 @pytest.mark.parametrize("backend", ["cpu", "htp"])
 def test_vit_patch_embed(rules, backend: str, core: bool) -> None:
     torch.manual_seed(0)
-    counts = _lower_and_compare(PatchEmbed(), (torch.randn(2, 3, 16, 16),), rules, backend, core)
+    counts = lower_and_compare(PatchEmbed(), (torch.randn(2, 3, 16, 16),), rules, backend, core)
     assert counts["Conv2d"] == 1
 
 
@@ -121,7 +101,7 @@ def test_tiny_hf_resnet(rules, backend: str, core: bool) -> None:
         def forward(self, x):
             return self.m(x).logits
 
-    counts = _lower_and_compare(Logits(), (torch.randn(1, 3, 32, 32),), rules, backend, core)
+    counts = lower_and_compare(Logits(), (torch.randn(1, 3, 32, 32),), rules, backend, core)
     assert counts["PoolMax2d"] == 1 and counts["Conv2d"] >= 5
 
 
@@ -142,7 +122,7 @@ def test_empty_slice_and_reduction(rules, core: bool) -> None:
     ep = torch.export.export(EmptyParts(), (x,), strict=False)
     graph = load_exported(ep.run_decompositions() if core else ep)
     assert not any(0 in v.shape for v in graph.values if v.users or v.is_output)
-    counts = _lower_and_compare(EmptyParts(), (x,), rules, "cpu", core)
+    counts = lower_and_compare(EmptyParts(), (x,), rules, "cpu", core)
     assert "StridedSlice" in counts
 
 
@@ -161,7 +141,7 @@ def test_unsupported_convolution_has_a_reason(rules) -> None:
     assert not result.ok
     assert any("only on CPU and HTP" in d.message for d in result.errors)
     torch.manual_seed(0)
-    assert _lower_and_compare(Dilated(), (x,), rules, "cpu", False).get("TransposeConv3d") == 1
+    assert lower_and_compare(Dilated(), (x,), rules, "cpu", False).get("TransposeConv3d") == 1
 
 
 class WindowSplit(nn.Module):
@@ -183,7 +163,7 @@ class WindowSplit(nn.Module):
 @pytest.mark.parametrize("core", [False, True], ids=["export", "core-aten"])
 def test_data_dependent_sizes_from_constants(rules, core: bool) -> None:
     torch.manual_seed(0)
-    counts = _lower_and_compare(WindowSplit(), (torch.randn(12, 8),), rules, "cpu", core)
+    counts = lower_and_compare(WindowSplit(), (torch.randn(12, 8),), rules, "cpu", core)
     assert counts.get("Softmax") == 3  # one attention per window of sizes 3, 5, 4
 
 
@@ -200,7 +180,7 @@ class Up3d(nn.Module):
 @pytest.mark.parametrize("backend", ["cpu", "htp"])
 def test_conv_transpose3d(rules, backend: str, core: bool) -> None:
     torch.manual_seed(0)
-    counts = _lower_and_compare(Up3d(), (torch.randn(1, 4, 2, 3, 3),), rules, backend, core)
+    counts = lower_and_compare(Up3d(), (torch.randn(1, 4, 2, 3, 3),), rules, backend, core)
     assert counts.get("TransposeConv3d") == 1
 
 
@@ -220,7 +200,7 @@ class CircularConv(nn.Module):
 @pytest.mark.parametrize("backend", ["cpu", "htp"])
 def test_circular_padding(rules, backend: str, core: bool) -> None:
     torch.manual_seed(0)
-    counts = _lower_and_compare(CircularConv(), (torch.randn(1, 3, 6, 7),), rules, backend, core)
+    counts = lower_and_compare(CircularConv(), (torch.randn(1, 3, 6, 7),), rules, backend, core)
     assert counts["Conv2d"] == 1
 
 

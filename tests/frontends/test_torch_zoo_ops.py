@@ -5,42 +5,20 @@ compared with torch."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.filterwarnings("ignore:.*LeafSpec:FutureWarning")
 
 import qlower  # noqa: E402
-from qlower.frontends.torch_frontend import load_exported  # noqa: E402
-from qlower.reference.interpreter import run_dequantized  # noqa: E402
+from tests.frontends.torch_harness import lower_and_compare  # noqa: E402
 
 nn = torch.nn
-TOL = {"cpu": 1e-4, "htp": 2e-2}
 
 
 @pytest.fixture(scope="module")
 def rules():
     return qlower.load_rules(packs=["aten"])
-
-
-def _lower_and_compare(model: nn.Module, args: tuple, rules, backend: str, core: bool) -> dict[str, int]:
-    model.eval()
-    with torch.no_grad():
-        want = model(*args).numpy().astype(np.float64)
-    ep = torch.export.export(model, args, strict=False)
-    if core:
-        ep = ep.run_decompositions()
-    graph = load_exported(ep)
-    result = qlower.lower(graph, rules, backend=backend)
-    result.raise_for_errors()
-    feeds = {v.name: (a.numpy().astype(np.int32) if a.dtype == torch.int64 else a.numpy())
-             for v, a in zip(graph.inputs, args)}
-    got = run_dequantized(result.qnn, feeds)[result.qnn.outputs[0]]
-    assert got.shape == want.shape
-    rel = np.max(np.abs(got - want)) / np.max(np.abs(want))
-    assert rel <= TOL[backend], rel
-    return result.qnn_op_counts()
 
 
 class ShiftedWindows(nn.Module):
@@ -111,5 +89,5 @@ CASES = {
 def test_zoo_op_lowers_and_matches_torch(case, backend, core, rules):
     cls, make_args, expected = CASES[case]
     torch.manual_seed(0)
-    counts = _lower_and_compare(cls(), make_args(torch.Generator().manual_seed(0)), rules, backend, core)
+    counts = lower_and_compare(cls(), make_args(torch.Generator().manual_seed(0)), rules, backend, core)
     assert expected <= {k.removeprefix("qnn.") for k in counts}, counts

@@ -1,5 +1,5 @@
-"""Built-ins behind blocked quantization and MaxPool's Indices (block_expand,
-pool_argmax_offsets, pool_argmax_base, pool_window_valid): shapes, laws and clear errors. Their
+"""Built-ins behind blocked quantization and MaxPool's Indices (block_expand, pool_index_offsets,
+pool_index_base, pool_window_tables): shapes, laws and clear errors. Their
 values end to end are checked against onnx.reference in tests/frontends/test_onnx_blocked_and_argmax.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from qlower.lang.functions import EvalError
 from qlower.lang.functions_shape import _block_expand
-from qlower.lang.functions_spatial import _pool_argmax_base, _pool_argmax_offsets, _pool_window_valid
+from qlower.lang.functions_spatial import _pool_index_base, _pool_index_offsets, _pool_window_tables
 
 
 @settings(max_examples=50, deadline=None)
@@ -38,25 +38,30 @@ def test_block_expand_refuses_a_wrong_block_count():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3), st.integers(1, 3), st.integers(1, 2), st.integers(1, 2),
-       st.integers(1, 3), st.integers(1, 3), st.integers(0, 2), st.integers(0, 2), st.sampled_from([0, 1]))
-def test_base_plus_offset_is_the_taps_flat_position(h, w, kh, kw, dh, dw, sh, sw, ph, pw, order):
-    """For every window tap inside the input, base + offset is its flat index (row- or column-major)."""
-    oh = (h + 2 * ph - (kh - 1) * dh - 1) // sh + 1
-    ow = (w + 2 * pw - (kw - 1) * dw - 1) // sw + 1
-    assume(oh >= 1 and ow >= 1)
-    pads = [[ph, ph], [pw, pw]]
-    off = _pool_argmax_offsets([h, w], [kh, kw], [dh, dw], order)
-    base = _pool_argmax_base(2, [h, w], [sh, sw], pads, [oh, ow], order)
-    valid = _pool_window_valid([h, w], [kh, kw], [sh, sw], [dh, dw], pads, [oh, ow])
-    assert off.dtype == base.dtype == np.int32 and base.shape == (2, oh, ow) and valid.shape == (oh, ow, kh * kw)
-    for p in range(2):
-        for y in range(oh):
-            for x in range(ow):
-                for k in range(kh * kw):
-                    r, c = y * sh - ph + (k // kw) * dh, x * sw - pw + (k % kw) * dw
-                    inside = 0 <= r < h and 0 <= c < w
-                    assert bool(valid[y, x, k]) == inside
-                    if inside:
-                        want = p * h * w + (r * w + c if order == 0 else r + c * h)
-                        assert base[p, y, x] + off[k] == want
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(1, 3), st.integers(1, 2), st.integers(1, 3),
+                          st.integers(0, 2)), min_size=1, max_size=3), st.sampled_from([0, 1]))
+def test_base_plus_offset_is_the_taps_flat_position(dims, order):
+    """For every window tap inside the input (1-D to 3-D), base + offset is its flat index (row- or
+    column-major), and the window tables mark exactly those taps valid, at their row-major position."""
+    spatial, kernel, dil, strides, pad = (list(x) for x in zip(*dims))
+    out = [(n + 2 * p - (k - 1) * d - 1) // s + 1 for n, k, d, s, p in zip(spatial, kernel, dil, strides, pad)]
+    assume(min(out) >= 1)
+    pads = [[p, p] for p in pad]
+    off = _pool_index_offsets(spatial, kernel, dil, order)
+    planes, first = _pool_index_base(2, spatial, strides, pads, out, order)
+    taps, valid, _hit, _miss = _pool_window_tables(spatial, kernel, strides, dil, pads, out)
+    n_out, n_taps = int(np.prod(out)), int(np.prod(kernel))
+    assert off.dtype == planes.dtype == first.dtype == np.int32
+    assert planes.shape == (2, 1) and first.shape == (1, n_out) and valid.shape == taps.shape == (n_out, n_taps)
+    size = int(np.prod(spatial))
+    for pl in range(2):
+        for o, pos in enumerate(np.ndindex(*out)):
+            for k, tap in enumerate(np.ndindex(*kernel)):
+                at = [q * s - p + t * d for q, s, p, t, d in zip(pos, strides, pad, tap, dil)]
+                inside = all(0 <= c < n for c, n in zip(at, spatial))
+                assert bool(valid[o, k]) == inside
+                if inside:
+                    row_major = int(np.ravel_multi_index(at, spatial))
+                    flat = row_major if order == 0 else int(np.ravel_multi_index(at, spatial, order="F"))
+                    assert planes[pl, 0] + first[0, o] + off[k] == pl * size + flat
+                    assert taps[o, k] == row_major
