@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from qlower.lang.functions import EvalError, Function, _normdim, _shape
+from qlower.qnn.shapes.spatial import same_pads
 
 
 def _normdims(dims: list[int], rank: int) -> list[int]:
@@ -60,12 +61,8 @@ def _conv_pads(auto_pad: str, pads: list[int], spatial: list[int], kernel: list[
         return [[0, 0] for _ in range(n)]
     if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
         raise EvalError(f"unknown auto_pad {auto_pad}")
-    out = []
-    for size, k, s, d in zip(spatial, kernel, strides, dilations):
-        total = max((-(-int(size) // int(s)) - 1) * int(s) + (int(k) - 1) * int(d) + 1 - int(size), 0)
-        small = total // 2
-        out.append([small, total - small] if auto_pad == "SAME_UPPER" else [total - small, small])
-    return out
+    return [list(same_pads(size, k, s, d, auto_pad == "SAME_UPPER"))
+            for size, k, s, d in zip(spatial, kernel, strides, dilations)]
 
 
 def _ceil_pads(pads: list[list[int]], spatial: list[int], kernel: list[int], strides: list[int],

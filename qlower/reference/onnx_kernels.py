@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from qlower.qnn.shapes.spatial import same_pads
 from qlower.reference.spec import Kernel, KernelError, OutSpec
 
 # The opset kernels evaluate at (ops introduced later use their own first version).
@@ -259,13 +260,9 @@ def _max_pool_exact_path(args: list, attrs: Mapping[str, Any]) -> tuple[list, di
     mode = attrs.get("auto_pad", "NOTSET")
     mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     if mode in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for size, k, st, d in zip(np.shape(x)[2:], kernel, strides, dilations):
-            total = max((-(-int(size) // st) - 1) * st + (k - 1) * d + 1 - int(size), 0)
-            small = total // 2
-            begin.append(small if mode == "SAME_UPPER" else total - small)
-            end.append(total - begin[-1])
-        fixed.update(auto_pad="NOTSET", pads=begin + end)
+        pairs = [same_pads(size, k, st, d, mode == "SAME_UPPER")
+                 for size, k, st, d in zip(np.shape(x)[2:], kernel, strides, dilations)]
+        fixed.update(auto_pad="NOTSET", pads=[b for b, _ in pairs] + [e for _, e in pairs])
     elif mode == "VALID":
         fixed.update(auto_pad="NOTSET", pads=[0] * (2 * nd))
     resolved = (list(args), fixed) if mode in ("SAME_UPPER", "SAME_LOWER", "VALID") else None

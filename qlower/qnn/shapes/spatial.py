@@ -28,6 +28,14 @@ def _pads(call: Call, n: int, name: str = "pad_amount") -> list[tuple[int, int]]
     return [(int(b), int(a)) for b, a in pads]
 
 
+def same_pads(size: int, kernel: int, stride: int, dilation: int, upper: bool) -> tuple[int, int]:
+    """(begin, end) padding that gives ceil(size / stride) windows (ONNX auto_pad SAME_UPPER /
+    SAME_LOWER): the odd pixel goes at the end (upper) or at the beginning (lower)."""
+    total = max((-(-int(size) // int(stride)) - 1) * int(stride) + (int(kernel) - 1) * int(dilation) + 1 - int(size), 0)
+    small = total // 2
+    return (small, total - small) if upper else (total - small, small)
+
+
 def _window(call: Call, axis: str, size: int, kernel: int, stride: int, dilation: int,
             pads: tuple[int, int], ceil: bool = False) -> int:
     """Number of window positions: floor (or ceil) of (padded - extent) / stride, plus one."""
