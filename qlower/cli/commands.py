@@ -195,6 +195,7 @@ def lower(args: argparse.Namespace) -> int:
     finally:
         gc.freeze()
         gc.enable()
+    args.made = (graph, source, html_source, result)  # freed (or not: `qlower.cli.main.entry`) by the caller
     outdir = Path(args.outdir) if args.outdir else Path(args.model).resolve().parent
     written = []
     verification = None

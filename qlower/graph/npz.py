@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import io
 import math
+import mmap
 import struct
 import zipfile
 from pathlib import Path
@@ -36,7 +37,7 @@ class _Member(NamedTuple):
     file_size: int
 
 
-def _members(buf: bytes) -> dict[str, _Member] | None:
+def _members(buf: bytes | mmap.mmap) -> dict[str, _Member] | None:
     """The `.npy` members of a zip archive from its central directory, or None when the archive is
     anything but a plain single-disk one (zipfile then reads it, and reports what is wrong).
 
@@ -50,10 +51,10 @@ def _members(buf: bytes) -> dict[str, _Member] | None:
         return None
     if count == 0xFFFF or size == _FULL or offset == _FULL:
         loc = end - _EOCD64_LOCATOR.size
-        if loc < 0 or not buf.startswith(b"PK\x06\x07", loc):
+        if loc < 0 or buf[loc:loc + 4] != b"PK\x06\x07":
             return None
         rec = _EOCD64_LOCATOR.unpack_from(buf, loc)[2]
-        if rec + _EOCD64.size > len(buf) or not buf.startswith(b"PK\x06\x06", rec):
+        if rec + _EOCD64.size > len(buf) or buf[rec:rec + 4] != b"PK\x06\x06":
             return None
         _, _, _, _, disk, cd_disk, _, count, size, offset = _EOCD64.unpack_from(buf, rec)
         if disk or cd_disk:
@@ -106,16 +107,22 @@ def _zip64(buf: bytes, pos: int, length: int, *wanted: bool) -> tuple[int | None
 
 @attrs.define
 class _Npz:
-    """An npz archive read once into memory; stored members are sliced without zipfile/np.load overhead."""
+    """An npz archive, memory-mapped; stored members are read-only views of the mapping, made without
+    zipfile/np.load overhead and without reading their bytes (the `.bin` writer, folding or `run` read
+    them when they need them; the kernel can drop those pages again, as they are the file's)."""
 
-    buf: bytes
+    buf: bytes | mmap.mmap
     members: dict[str, _Member]
     headers: dict[bytes, tuple[np.dtype, tuple[int, ...]] | None] = attrs.Factory(dict)
     _zip: zipfile.ZipFile | None = None
 
     @classmethod
     def open(cls, path: Path) -> _Npz:
-        buf = path.read_bytes()
+        with open(path, "rb") as f:
+            try:
+                buf: bytes | mmap.mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (ValueError, OSError):  # an empty file, or one that cannot be mapped: read it
+                buf = f.read()
         members = _members(buf)
         if members is not None:
             return cls(buf, members)
@@ -147,7 +154,7 @@ class _Npz:
             return None
         sig, n, m = _LOCAL_HEADER.unpack_from(buf, off)
         start = off + 30 + n + m
-        if sig != b"PK\x03\x04" or not buf.startswith(b"\x93NUMPY", start):
+        if sig != b"PK\x03\x04" or buf[start:start + 6] != b"\x93NUMPY":
             return None
         if buf[start + 6] == 1:
             hlen, hstart = int.from_bytes(buf[start + 8:start + 10], "little"), start + 10
@@ -164,7 +171,7 @@ class _Npz:
         dstart = hstart + hlen
         if dstart + count * dtype.itemsize > start + info.file_size:
             return None
-        return np.frombuffer(buf, dtype, count, dstart).reshape(shape).copy()
+        return np.frombuffer(buf, dtype, count, dstart).reshape(shape)  # read-only, like every constant
 
 
 def _parse_npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...]] | None:
