@@ -21,6 +21,7 @@ import attrs
 from qlower.diagnostics import Diagnostic, QlowerError, SourceCache, error
 from qlower.graph.core import Graph
 from qlower.qnn.model import QnnGraph
+from qlower.qnn.table import QnnTable
 from qlower.reference.spec import Kernel
 from qlower.lang.functions import FunctionTable
 
@@ -112,10 +113,13 @@ def load_rules(paths: Sequence[str | Path] = (), *, packs: Sequence[str] = (), o
 
 @attrs.define
 class LowerResult:
-    """What `lower` produced: the lowered graph, its QNN form, and what went wrong."""
+    """What `lower` produced: the lowered graph, its QNN form, and what went wrong.
+
+    The QNN form is a `QnnTable` (`table`: what validation and `save` walk); `qnn` is the same
+    graph as `QnnGraph` objects, made on first use."""
 
     graph: Graph
-    qnn: QnnGraph | None
+    table: QnnTable | None
     backend: str
     diagnostics: list[Diagnostic]
     coverage: dict[str, Any]
@@ -127,10 +131,18 @@ class LowerResult:
     # checks `qnn` against the backend's op definitions (set by `lower`; see `validate`)
     validator: Callable[[QnnGraph], list[Diagnostic]] | None = attrs.field(default=None, repr=False)
     validated: bool = False
+    _qnn: QnnGraph | None = attrs.field(default=None, init=False, repr=False)
+
+    @property
+    def qnn(self) -> QnnGraph | None:
+        """The QNN graph as objects (made from `table` once; `save` writes `table`)."""
+        if self._qnn is None and self.table is not None:
+            self._qnn = self.table.graph()
+        return self._qnn
 
     @property
     def ok(self) -> bool:
-        return self.qnn is not None and not any(d.is_error for d in self.diagnostics)
+        return self.table is not None and not any(d.is_error for d in self.diagnostics)
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -143,13 +155,13 @@ class LowerResult:
     def validate(self) -> list[Diagnostic]:
         """Check the QNN graph against the backend's op definitions, once (`lower(validate=False)`
         leaves it to this, or to `save(validate=True)`); the findings join `diagnostics`."""
-        if self.validated or self.qnn is None:
+        if self.validated or self.table is None:
             return []
         if self.validator is None:
             raise QlowerError(error("this result cannot validate: it was not made by `lower`"))
         t = time.perf_counter()
         with _no_gc():
-            found = self.validator(self.qnn)
+            found = self.validator(self.table)
         self.validated = True
         self.diagnostics.extend(found)
         self.timings["validate"] = self.timings.get("validate", 0.0) + time.perf_counter() - t
@@ -165,9 +177,9 @@ class LowerResult:
         written and [] is returned; the errors are in `diagnostics`."""
         from qlower.qnn.artifacts import save
 
-        if self.qnn is None:
+        if self.table is None:
             raise QlowerError(error("nothing to save: the graph was not lowered"))
-        qnn = self.qnn if name is None or name == self.qnn.name else attrs.evolve(self.qnn, name=name)
+        qnn = self.table if name is None or name == self.table.name else attrs.evolve(self.table, name=name)
         gate = None
         if validate and not self.validated:
             def gate() -> bool:
@@ -183,8 +195,7 @@ class LowerResult:
         return {k: v.to_json() for k, v in sorted(self.coverage.items())}
 
     def qnn_op_counts(self) -> dict[str, int]:
-        c = collections.Counter(op.type for op in (self.qnn.ops if self.qnn else ()))
-        return dict(sorted(c.items()))
+        return self.table.op_type_counts() if self.table is not None else {}
 
 
 @contextmanager
@@ -221,7 +232,7 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         if result.ok:
             _verify(source, result, rules, inputs, tolerance, seed, None)
         return result
-    from qlower.qnn.convert import to_qnn
+    from qlower.qnn.convert import to_table
     from qlower.qnn.precision import to_float16
     from qlower.qnn.validate import validate_graph
 
@@ -257,14 +268,14 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         # reported each one that is not; converting would only report them again)
         if outcome.ok or (allow_partial and all(op.type.startswith("qnn.") for op in graph.ops)):
             try:
-                qg = to_qnn(graph, rules.ops if rules.ops is not None else rules.registry)
+                qg = to_table(graph, rules.ops if rules.ops is not None else rules.registry)
             except QlowerError as exc:
                 diags.extend(exc.diagnostics)
             if qg is not None and validate:
                 diags.extend(validate_graph(qg, rules.registry, backend, ops=rules.ops))
         timings["validate"] = time.perf_counter() - t1
 
-    def validator(qnn: QnnGraph) -> list[Diagnostic]:
+    def validator(qnn: QnnTable) -> list[Diagnostic]:
         return validate_graph(qnn, rules.registry, backend, ops=rules.ops)
 
     return LowerResult(graph, qg, backend, diags, outcome.coverage, timings, ops_in, rules.sources,

@@ -225,7 +225,7 @@ def lower(args: argparse.Namespace) -> int:
         _write_json_atomic(Path(args.timings), {
             "load": t.get("load", 0.0), "lower": t.get("lower", 0.0), "validate": t.get("validate", 0.0),
             "emit": t.get("emit", 0.0), "total": t["total"], "ops_in": result.ops_in,
-            "ops_out": len(result.qnn.ops) if result.qnn else 0})
+            "ops_out": len(result.table) if result.table is not None else 0})
     verify_line = None
     if verification is not None:
         verify_line = verification.summary()
@@ -240,11 +240,11 @@ def lower(args: argparse.Namespace) -> int:
         report = {"model": args.model, "backend": args.backend, "ops_in": result.ops_in,
                   "qnn_ops": result.qnn_op_counts(), "coverage": result.coverage_json(),
                   "ok": result.ok}
-        if result.qnn is not None:
+        if result.table is not None:
             from qlower.qnn.macs import graph_macs
             from qlower.report import memory_report
 
-            report["total_macs"] = sum(graph_macs(result.qnn))
+            report["total_macs"] = sum(graph_macs(result.table))
             report["memory"] = memory_report(result.qnn).to_json()
         if verification is not None:
             report["verification"] = verification.to_json()
@@ -321,7 +321,7 @@ def debug(args: argparse.Namespace) -> int:
     _progress(args, "running the per-op analysis")
     verification = _verify(args, source, result, rules, localise=True)
     report = verification.report
-    print(f"{args.model}: {result.ops_in} source ops -> {len(result.qnn.ops)} QNN ops for "
+    print(f"{args.model}: {result.ops_in} source ops -> {len(result.table)} QNN ops for "
           f"{args.backend.upper()} ({report.precision})")
     print(report.table())
     print(verification.summary())
@@ -342,19 +342,19 @@ def _summary(args, result, written, verify_line) -> None:
             emitted = ", ".join(f"{t[4:]}×{n}" for t, n in sorted(cov.emitted.items()))
             print(f"  {op_type:<20}{cov.count:>5}  {rules:<38}{emitted}")
     errors = len(result.errors)
-    if result.qnn is None:
+    if result.table is None:
         print(f"  not lowered: {errors} error(s) (above)")
     else:
         print("  QNN ops: " + ", ".join(f"{k}×{v}" for k, v in counts.items()))
         print(f"  validation on {args.backend.upper()}: {'ok' if result.ok else f'{errors} error(s)'}")
-    if args.report is not None and result.qnn is not None:
+    if args.report is not None and result.table is not None:
         _memory_lines(result.qnn)
     if verify_line:
         print(f"  {verify_line}")
     for p in written:
         print(f"  wrote {p}")
     if not written and not result.ok and getattr(args, "allow_partial", False):
-        why = "ops no rule lowers remain, and QNN artifacts hold QNN ops only" if result.qnn is None or any(
+        why = "ops no rule lowers remain, and QNN artifacts hold QNN ops only" if result.table is None or any(
             d.code == "not-lowered" for d in result.errors) else "the lowered graph does not validate"
         print(f"  nothing written: {why} (the report above is what --allow-partial gives)")
 

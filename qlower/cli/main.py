@@ -190,14 +190,11 @@ def entry() -> None:
     until here); freeing them one by one at exit took 1.4 s of a 1M-op `lower`, and nothing is
     left to do with them. Output files are complete and closed by then; stdio is flushed here."""
     code, _held = _dispatch(None)
-    try:
-        sys.stdout.flush()
-    except (BrokenPipeError, ValueError):
-        code = code or 1
-    try:
-        sys.stderr.flush()
-    except (BrokenPipeError, ValueError):
-        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # the reader went away, or the command closed it (`lsp`)
+            pass
     os._exit(code)
 
 

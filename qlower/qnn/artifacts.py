@@ -31,6 +31,7 @@ from qlower._files import StreamFile
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn import emit_bin, emit_cpp, emit_json
 from qlower.qnn.model import QnnGraph
+from qlower.qnn.table import QnnTable
 from qlower.qnn.reader import load
 
 __all__ = ["artifact_names", "load", "save"]
@@ -45,7 +46,7 @@ def artifact_names(graph_name: str) -> tuple[str, str, str]:
     return f"{graph_name}_net.json", f"{graph_name}.cpp", f"{graph_name}.bin"
 
 
-def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
+def save(graph: QnnGraph | QnnTable, outdir: Path, *, converter_command: str = "qlower",
          copyright_str: str = "", progress: Callable[[int, int], None] | None = None,
          parallel: bool | None = None, direct: bool = True,
          gate: Callable[[], bool] | None = None) -> list[Path]:
@@ -61,7 +62,8 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
     here while the child writes; when it returns False nothing is written and `save` returns [].
     """
     if parallel is None:  # forking a process that runs other threads could copy a lock some thread holds
-        parallel = len(graph.ops) >= PARALLEL_OPS and threading.active_count() == 1
+        ops = len(graph.op_names) if isinstance(graph, QnnTable) else len(graph.ops)
+        parallel = ops >= PARALLEL_OPS and threading.active_count() == 1
     parallel = parallel and hasattr(os, "fork")
     enabled = gc.isenabled()
     gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
@@ -72,7 +74,7 @@ def save(graph: QnnGraph, outdir: Path, *, converter_command: str = "qlower",
             gc.enable()
 
 
-def _save(graph: QnnGraph, outdir: Path, converter_command: str, copyright_str: str,
+def _save(graph: QnnGraph | QnnTable, outdir: Path, converter_command: str, copyright_str: str,
           progress: Callable[[int, int], None] | None = None, parallel: bool = False,
           direct: bool = True, gate: Callable[[], bool] | None = None) -> list[Path]:
     try:

@@ -23,10 +23,11 @@ from qlower.graph.core import Graph, Op, Value
 from qlower.graph.lazy import LazyArray
 from qlower.graph.types import Quant
 from qlower.qnn.datatypes import DataType, from_numpy
-from qlower.qnn.model import PACKAGE, EncodingKind, OpConfig, Origin, QnnGraph, QnnTensor, QuantEncoding, \
+from qlower.qnn.model import PACKAGE, EncodingKind, Origin, Param, QnnGraph, QnnTensor, QuantEncoding, \
     ScalarParam, TensorParam, TensorType
 from qlower.qnn.opdef import OpDefRegistry
 from qlower.qnn.registry import QnnOps
+from qlower.qnn.table import Interner, OpKind, QnnTable, TensorKind, param_key
 
 
 def encoding_of(q: Quant, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> QuantEncoding:
@@ -130,6 +131,11 @@ def to_qnn(graph: Graph, registry: QnnOps | OpDefRegistry | None = None) -> QnnG
 
     `registry`: the op registry (a bare OpDefRegistry is joined into one); without it, params
     keep their names' order and every op is QNN's own (package qti.aisw)."""
+    return to_table(graph, registry).graph()
+
+
+def to_table(graph: Graph, registry: QnnOps | OpDefRegistry | None = None) -> QnnTable:
+    """`to_qnn`, as a `QnnTable` (what the writers and the validator walk; `.graph()` is the QnnGraph)."""
     left = [op for op in graph.ops if not op.type.startswith("qnn.")]
     if left:
         raise QlowerError([error(f"not lowered ({op.type})", subject=f"node {op.name}", code="not-lowered")
@@ -140,11 +146,35 @@ def to_qnn(graph: Graph, registry: QnnOps | OpDefRegistry | None = None) -> QnnG
         return _convert(graph, registry)
 
 
-def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
-    qg = QnnGraph(graph.name)
-    tensors = qg.tensors
-    # Per-call memos: most tensors share a handful of (dtype, quantized) pairs and Quant objects,
-    # and most ops a handful of (type, attribute names) layouts.
+def _attrs_key(attrs: dict[str, Any]) -> tuple | None:
+    """A key for an op's attributes when they are all scalars that key by value (they then become the
+    same params whenever the key is the same), else None."""
+    out = []
+    for name, v in attrs.items():
+        tv = type(v)
+        if tv is bool or tv is int or tv is str:
+            out.append((name, tv, v))
+        elif tv is float:
+            out.append((name, tv, float.__repr__(v)))
+        else:
+            return None
+    return tuple(out)
+
+
+def params_key(params: list[Param]) -> list[tuple]:
+    """What makes scalar params the same params (floats by their text: -0.0 is not 0.0 here)."""
+    return [(p.name, p.datatype, type(p.value), float.__repr__(p.value) if type(p.value) is float else
+             p.value if type(p.value) in (bool, int, str) else id(p)) for p in params]
+
+
+def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
+    table = QnnTable(graph.name)
+    intern = Interner(table)
+    names, kind_of, data_of = table.tensor_names, table.tensor_kind, table.tensor_data
+    seen: dict[str, int] = {}  # tensor name -> its kind
+    # Per-call memos: most tensors share a handful of (dtype, shape) kinds and Quant objects, and
+    # most ops a handful of (type, attributes, provenance, tensor kinds) kinds.
+    plain: dict[tuple, int] = {}
     datatypes: dict[tuple[np.dtype, bool], DataType] = {}
     encodings: dict[tuple[int, np.dtype], tuple[Quant, QuantEncoding]] = {}
     layouts: dict[tuple[str, tuple[str, ...]], list[tuple[str, Any, bool | None, DataType | None]]] = {}
@@ -152,19 +182,26 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
     packages: dict[str, str] = {}  # QNN type -> its op package
     qtypes: dict[str, str] = {}
     scalars: dict[tuple, ScalarParam] = {}  # ScalarParam is immutable: ops with equal params share one
+    op_ids: dict[tuple, int] = {}  # (type, attributes, provenance, input and output kinds) -> op kind
     STATIC, NATIVE = TensorType.STATIC, TensorType.NATIVE
 
-    def tensor_of(v: Value) -> str:
+    def tensor_of(v: Value) -> int:
+        """Add `v` (not added yet) as the next tensor; its kind."""
         name = v.name
-        if name in tensors:
-            return name
         if v.quant is None and v.data is None and not v.is_input and not v.is_output:  # most tensors
-            dt = datatypes.get((v.dtype, False))
-            if dt is None:
-                dt = datatypes[(v.dtype, False)] = _datatype(v)
-            shape = v.shape
-            tensors[name] = QnnTensor(name, NATIVE, dt, shape if shape else (1,), None, None)
-            return name
+            pkey = (v.dtype, v.shape)
+            k = plain.get(pkey)
+            if k is None:
+                dt = datatypes.get((v.dtype, False))
+                if dt is None:
+                    dt = datatypes[(v.dtype, False)] = _datatype(v)
+                dims = v.shape if v.shape else (1,)
+                k = plain[pkey] = intern.tensor_kind((NATIVE, dt, dims, None, False),
+                                                     lambda: TensorKind(NATIVE, dt, dims))
+            seen[name] = k
+            names.append(name)
+            kind_of.append(k)
+            return k
         if v.is_input:
             ttype = TensorType.APP_WRITE
         elif v.is_output:
@@ -174,11 +211,6 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
         else:
             ttype = NATIVE
         dims = tuple(v.shape) if v.shape else (1,)
-        data = None
-        if ttype is STATIC:
-            data = v.data if isinstance(v.data, LazyArray) else np.asarray(v.data)  # by reference: read when written
-            if data.ndim == 0:
-                data = data.reshape(1)
         q, dtype = v.quant, v.dtype
         enc = None
         if q is not None:
@@ -191,8 +223,17 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
         dt = datatypes.get(dkey)
         if dt is None:
             dt = datatypes[dkey] = _datatype(v)
-        tensors[name] = QnnTensor(name, ttype, dt, dims, enc, data)
-        return name
+        if ttype is STATIC:
+            data = v.data if isinstance(v.data, LazyArray) else np.asarray(v.data)  # by reference: read when written
+            if data.ndim == 0:
+                data = data.reshape(1)
+            data_of[len(names)] = data
+        k = intern.tensor_kind((ttype, dt, dims, None if enc is None else id(enc), ttype is STATIC),
+                               lambda: TensorKind(ttype, dt, dims, enc, ttype is STATIC))
+        seen[name] = k
+        names.append(name)
+        kind_of.append(k)
+        return k
 
     def layout(qtype: str, names: tuple[str, ...]) -> list[tuple[str, Any, bool | None, DataType | None]]:
         """The params of an op in emission order (the op definition's, then by name), each with its
@@ -210,91 +251,124 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnGraph:
                         pdef.datatype if pdef is not None else None))
         return out
 
+    def params_of(op: Op, qtype: str) -> tuple[list[Param], list[QnnTensor]]:
+        """The op's params in order, and its tensor params' tensors."""
+        params: list[Param] = []
+        tensors: list[QnnTensor] = []
+        op_attrs = op.attrs
+        if not op_attrs:
+            return params, tensors
+        names = tuple(op_attrs)
+        lkey = (qtype, names)
+        plan = layouts.get(lkey)
+        if plan is None:
+            plan = layouts[lkey] = layout(qtype, names)
+        for name, pdef, scalar, fixed in plan:
+            value = op_attrs[name]
+            if scalar is None:
+                scalar = not isinstance(value, (list, tuple, np.ndarray))
+            if scalar:
+                dt = fixed if fixed is not None else _param_datatype(pdef, value)
+                if isinstance(value, np.generic):
+                    value = value.item()
+                tv = type(value)
+                if tv is bool or tv is int or tv is str:
+                    skey = (name, dt, tv, value)
+                    sp = scalars.get(skey)
+                    if sp is None:
+                        sp = scalars[skey] = ScalarParam(name, dt, value)
+                    params.append(sp)
+                else:
+                    params.append(ScalarParam(name, dt, value))
+            else:
+                arr = np.asarray(value)
+                dt = _param_datatype(pdef, arr)
+                if arr.ndim == 0:
+                    arr = arr.reshape(1)
+                t = QnnTensor(f"{op.name}_{name}", STATIC, dt, arr.shape, None, arr)
+                params.append(TensorParam(name, t))
+                tensors.append(t)
+        return params, tensors
+
+    def new_kind(op: Op, qtype: str, i: int, in_kinds: tuple[int, ...], out_kinds: tuple[int, ...]) -> int:
+        """The kind of op `i` (its key not seen yet, or its params its own)."""
+        params, tensors = params_of(op, qtype)
+        prov = op.provenance
+        if prov is None:
+            text = rule = loc = None
+        else:
+            text, rule, loc = str(prov), prov.rule, origin_of(op, locations).location
+        if tensors:
+            table.op_params[i] = tuple(tensors)
+            pk = param_key(params)
+            okey: tuple = (qtype, pk if pk is not None else ("own", i), text, in_kinds, out_kinds, "tensor params")
+            params = [TensorParam(p.name, QnnTensor("", p.tensor.type, p.tensor.datatype, p.tensor.dims))
+                      if type(p) is TensorParam else p for p in params]
+        else:
+            okey = (qtype, tuple(params_key(params)), text, in_kinds, out_kinds)
+        return intern.op_kind(okey, lambda: OpKind(qtype, packages[qtype], tuple(params), in_kinds, out_kinds,
+                                                   text, rule, loc))
+
+    def value_kind(name: str, v: Value) -> int:
+        k = seen.get(name)
+        return k if k is not None else tensor_of(v)
+
     for v in graph.inputs:
-        tensor_of(v)
-    ops = qg.ops
+        if v.name not in seen:
+            tensor_of(v)
     locations: dict[str, str] = {}
-    texts: dict[tuple[str, str], str] = {}  # (rule, location) -> str(provenance)
-    origins: dict[tuple[str, str], tuple[str, str]] = {}  # (rule, location) -> Origin's (rule, location)
-    make_origin = Origin.__new__
-    set_field = object.__setattr__
+    op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
+                                                             table.op_outputs, table.op_sources)
+    get = seen.get
     for op in graph.topo_order():
         qtype = qtypes.get(op.type)
         if qtype is None:
             qtype = qtypes[op.type] = op.type[4:]
             entry = registry.get(qtype) if registry is not None else None
             packages[qtype] = (entry.package if entry is not None else None) or PACKAGE
-        package = packages[qtype]
         operands = op.operands
-        if operands and operands[-1] is None:
+        if None in operands:
             operands = list(operands)
             while operands and operands[-1] is None:
                 operands.pop()
-        if None in operands:
-            raise QlowerError(error("an absent optional input is followed by a present one, which QNN cannot "
-                                    "express", subject=f"node {op.name} ({op.type})", code="absent-input"))
-        inputs = []  # (loops, not comprehensions: no frame per op)
-        for o in operands:
-            n = o.name
-            if n not in tensors:
-                tensor_of(o)
-            inputs.append(n)
-        outputs = []
-        for o in op.results:
-            n = o.name
-            if n not in tensors:
-                tensor_of(o)
-            outputs.append(n)
-        params = []
-        op_attrs = op.attrs
-        if op_attrs:
-            names = tuple(op_attrs)
-            lkey = (qtype, names)
-            plan = layouts.get(lkey)
-            if plan is None:
-                plan = layouts[lkey] = layout(qtype, names)
-            for name, pdef, scalar, fixed in plan:
-                value = op_attrs[name]
-                if scalar is None:
-                    scalar = not isinstance(value, (list, tuple, np.ndarray))
-                if scalar:
-                    dt = fixed if fixed is not None else _param_datatype(pdef, value)
-                    if isinstance(value, np.generic):
-                        value = value.item()
-                    tv = type(value)
-                    if tv is bool or tv is int or tv is str:
-                        skey = (name, dt, tv, value)
-                        sp = scalars.get(skey)
-                        if sp is None:
-                            sp = scalars[skey] = ScalarParam(name, dt, value)
-                        params.append(sp)
-                    else:
-                        params.append(ScalarParam(name, dt, value))
-                else:
-                    arr = np.asarray(value)
-                    dt = _param_datatype(pdef, arr)
-                    if arr.ndim == 0:
-                        arr = arr.reshape(1)
-                    t = QnnTensor(f"{op.name}_{name}", STATIC, dt, arr.shape, None, arr)
-                    params.append(TensorParam(name, t))
+            if None in operands:
+                raise QlowerError(error("an absent optional input is followed by a present one, which QNN "
+                                        "cannot express", subject=f"node {op.name} ({op.type})",
+                                        code="absent-input"))
+        inputs = [o.name for o in operands]
+        in_kinds = tuple(map(get, inputs))
+        if None in in_kinds:  # first seen here (constants, unproduced values)
+            in_kinds = tuple([k if k is not None else value_kind(n, o) for k, n, o in zip(in_kinds, inputs, operands)])
+        outputs = [o.name for o in op.results]
+        out_kinds = tuple(map(get, outputs))
+        if None in out_kinds:  # (results are usually first seen here)
+            out_kinds = tuple([k if k is not None else value_kind(n, o) for k, n, o in zip(out_kinds, outputs, op.results)])
         prov = op.provenance
-        if prov is None or type(prov.sources) is not tuple:
-            ops.append(OpConfig(op.name, qtype, inputs, outputs, params, package,
-                                provenance=str(prov) if prov is not None else None,
-                                origin=origin_of(op, locations)))
-            continue
-        # the common case, as `origin_of` and `str(prov)` would make it, without their per-op formatting
-        pkey = (prov.rule, prov.location)
-        text = texts.get(pkey)
-        if text is None:
-            text = texts[pkey] = str(prov)
-            origins[pkey] = (prov.rule, origin_of(op, locations).location)
-        rule, loc = origins[pkey]
-        origin = make_origin(Origin)
-        set_field(origin, "rule", rule)
-        set_field(origin, "location", loc)
-        set_field(origin, "sources", prov.sources)
-        ops.append(OpConfig(op.name, qtype, inputs, outputs, params, package, text, origin))
-    qg.inputs = [v.name for v in graph.inputs]
-    qg.outputs = [tensor_of(v) for v in graph.outputs]
-    return qg
+        if prov is None:
+            where = None
+            sources: tuple[str, ...] = (op.name,)
+        else:
+            where = prov.location  # (one rule per location: it stands for the rule too)
+            sources = prov.sources if type(prov.sources) is tuple else tuple(prov.sources)
+        op_attrs = op.attrs
+        akey = _attrs_key(op_attrs) if op_attrs else ()
+        if akey is None:  # params of its own
+            k = new_kind(op, qtype, len(op_names), in_kinds, out_kinds)
+        else:
+            key = (qtype, akey, where, in_kinds, out_kinds)
+            k = op_ids.get(key)
+            if k is None:
+                k = new_kind(op, qtype, len(op_names), in_kinds, out_kinds)
+                if len(op_names) not in table.op_params:  # (an op with tensor params has tensors of its own)
+                    op_ids[key] = k
+        op_names.append(op.name)
+        op_kind.append(k)
+        op_inputs.append(inputs)
+        op_outputs.append(outputs)
+        op_sources.append(sources)
+    table.inputs = [v.name for v in graph.inputs]
+    for v in graph.outputs:
+        if v.name not in seen:
+            tensor_of(v)
+        table.outputs.append(v.name)
+    return table

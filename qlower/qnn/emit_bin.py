@@ -10,11 +10,12 @@ can be written at all. `write` streams the tar one tensor at a time.
 
 from __future__ import annotations
 
+import collections
 import re
 import tarfile
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import attrs
 import numpy as np
@@ -23,6 +24,8 @@ from qlower.diagnostics import QlowerError, error
 from qlower.graph.lazy import LazyArray
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.model import EncodingKind, QnnGraph, QnnTensor, TensorParam, TensorType
+from qlower.qnn.joiner import all_identifiers
+from qlower.qnn.table import UNKNOWN, QnnTable, TensorKind, table_of
 
 _NON_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_]")
 _MEMBER_MODE = 0o644
@@ -115,11 +118,11 @@ class Layout:
     cnames: dict[str, str]
     node_cnames: dict[str, str]
     io_ids: dict[str, int]
-    statics: tuple[QnnTensor, ...]
+    statics: Sequence[QnnTensor]
     static_elements: int  # elements of the graph's static tensors (not tensor params)
     op_types: tuple[str, ...]  # sorted
-    produced: Container[str]  # names of tensors some op outputs
     shapes: Shapes = attrs.field(factory=Shapes, eq=False)
+    table: QnnTable | None = attrs.field(default=None, eq=False)  # what was planned (the writers walk it)
 
     def cname(self, name: str) -> str:
         return self.cnames.get(name, name)
@@ -219,7 +222,7 @@ def _check_encoding(t: QnnTensor, subject: str) -> None:
 
 
 def _io_ids(gsub: str, role: str, attr: str, kind: TensorType, listed: list[str],
-            slots: list[tuple[int, str]], tensors: dict[str, QnnTensor]) -> dict[str, int]:
+            slots: list[tuple[int, str]], tensors: Any) -> dict[str, int]:
     """Check one of `graph.inputs`/`outputs` against its kind's tensors; give their ids.
 
     The reader recovers `graph.inputs`/`outputs` as APP_WRITE/APP_READ tensors
@@ -239,77 +242,70 @@ def _io_ids(gsub: str, role: str, attr: str, kind: TensorType, listed: list[str]
     return {name: slot for (slot, _), name in zip(slots, listed)}
 
 
-def plan(graph: QnnGraph) -> Layout:
-    """Check that `graph` can be written and fix its ids and C identifiers (one pass)."""
-    gsub = f"graph '{graph.name}'"
-    if not graph.name or "/" in graph.name or "\\" in graph.name or graph.name in (".", ".."):
+def plan(graph: QnnGraph | QnnTable) -> Layout:
+    """Check that `graph` can be written and fix its ids and C identifiers (one pass; a `QnnGraph` is
+    planned as its `QnnTable`, which `Layout.table` holds for the writers)."""
+    if isinstance(graph, QnnGraph):
+        for name, t in graph.tensors.items():
+            if name is not t.name and name != t.name:
+                raise _fail(f"registered under '{name}' but named '{t.name}'", f"tensor '{t.name}'")
+        table = table_of(graph)
+    else:
+        table = graph
+    gsub = f"graph '{table.name}'"
+    if not table.name or "/" in table.name or "\\" in table.name or table.name in (".", ".."):
         raise _fail("graph name must be a non-empty file name", gsub)
-    tensors = graph.tensors
+    names, kind_of, data = table.tensor_names, table.tensor_kind, table.tensor_data
     shapes = Shapes()
+    # what can be checked of a kind, once per kind; a static tensor's data, once per tensor
+    for k, kind in enumerate(table.tensor_kinds):
+        try:
+            _check_kind(kind)
+        except _KindProblem as exc:  # named after the kind's first tensor, looked for only now
+            raise _fail(str(exc), f"tensor '{names[kind_of.index(k)] if k in kind_of else ''}'") from None
     STATIC, APP_WRITE, APP_READ = TensorType.STATIC, TensorType.APP_WRITE, TensorType.APP_READ
-    statics: list[QnnTensor] = []
+    kinds = table.tensor_kinds
+    # static data: what a kind fixes (storage dtype, element count) compared per tensor, in C where it can be
+    want = [_STORAGE.get(kind.datatype) if kind.static else None for kind in kinds]
+    counts = [shapes[kind.dims][1] if kind.static else 0 for kind in kinds]
+    total = 0
+    for i, d in data.items():
+        k = kind_of[i]
+        if type(d) is not np.ndarray or d.dtype != want[k] or d.size != counts[k]:
+            _check_storage(table.tensor(i), f"tensor '{names[i]}'", shapes)  # the general check (and its message)
+        total += counts[k]
     writes: list[tuple[int, str]] = []
     reads: list[tuple[int, str]] = []
-    odd: list[str] = []
-    total = 0
-    NATIVE = TensorType.NATIVE
-    plain_dims: set[tuple[int, ...]] = set()  # dims seen without a negative entry
-    for i, (name, t) in enumerate(tensors.items()):
-        if name is not t.name and name != t.name:
-            raise _fail(f"registered under '{name}' but named '{t.name}'", f"tensor '{t.name}'")
-        kind, dims = t.type, t.dims
-        if kind is NATIVE and t.data is None and t.encoding is None and dims in plain_dims \
-                and t.datatype not in _NO_STORAGE:
-            continue  # the common case: an unquantized activation of a shape seen before
-        if (kind is STATIC or t.data is not None or t.datatype in _NO_STORAGE
-                or (dims and min(dims) < 0)):  # else: nothing to check about its storage
-            count = _check_storage(t, f"tensor '{name}'", shapes)
-            if kind is STATIC:
-                statics.append(t)
-                total += count
-        elif len(plain_dims) < 1 << 16:
-            plain_dims.add(dims)
-        if t.encoding is not None:
-            _check_encoding(t, f"tensor '{name}'")
-        if kind is APP_WRITE:
-            writes.append((i, name))
-        elif kind is APP_READ:
-            reads.append((i, name))
-    odd = [n for n in tensors if not (n.isascii() and n.isidentifier())]
-    io_ids = _io_ids(gsub, "input", "inputs", APP_WRITE, graph.inputs, writes, tensors)
-    io_ids.update(_io_ids(gsub, "output", "outputs", APP_READ, graph.outputs, reads, tensors))
-    seen_nodes: set[str] = set()
-    odd_nodes: list[str] = []
-    param_names: set[str] = set()
-    param_tensors: list[QnnTensor] = []
-    produced: set[str] = set()
-    op_types: set[str] = set()
-    known = tensors.__contains__
-    ops = graph.ops
-    # whole-graph checks as set operations (a million ops: a fraction of a second); the first
-    # offending node is looked for only when one fails
-    names = [op.name for op in ops]
-    seen_nodes.update(names)
-    if len(seen_nodes) != len(names) or "" in seen_nodes:
+    io_kinds = {k for k, kind in enumerate(kinds) if kind.type is APP_WRITE or kind.type is APP_READ}
+    for i in [i for i, k in enumerate(kind_of) if k in io_kinds] if io_kinds else ():
+        (writes if kinds[kind_of[i]].type is APP_WRITE else reads).append((i, names[i]))
+    odd = [] if all_identifiers(names) else [n for n in names if not (n.isascii() and n.isidentifier())]
+    io_tensors = {n: table.tensor(i) for i, n in (*writes, *reads)}
+    io_ids = _io_ids(gsub, "input", "inputs", APP_WRITE, table.inputs, writes, io_tensors)
+    io_ids.update(_io_ids(gsub, "output", "outputs", APP_READ, table.outputs, reads, io_tensors))
+    op_names = table.op_names
+    seen_nodes = set(op_names)
+    if len(seen_nodes) != len(op_names) or "" in seen_nodes:
         seen: set[str] = set()
-        for name in names:
+        for name in op_names:
             if not name or name in seen:
                 raise _fail("node name is empty or used twice", f"node '{name}'")
             seen.add(name)
-    odd_nodes = [n for n in names if not (n.isascii() and n.isidentifier())]
-    op_types = {op.type for op in ops}
-    # (lists of the ops' name lists, flattened in C: no Python frame per op or name)
-    produced = set(chain.from_iterable([op.outputs for op in ops]))
-    if not (all(map(known, produced)) and all(map(known, chain.from_iterable([op.inputs for op in ops])))):
-        for op in ops:
-            n = next((n for n in (*op.inputs, *op.outputs) if n not in tensors), None)
+    odd_nodes = [] if all_identifiers(op_names) else [n for n in op_names if not (n.isascii() and n.isidentifier())]
+    used_kinds = set(table.op_kind)
+    op_types = {kind.type for k, kind in enumerate(table.op_kinds) if k in used_kinds}
+    known: set[str] | None = None  # the tensor names, as a set when something needs it
+    if any(UNKNOWN in kind.inputs or UNKNOWN in kind.outputs for kind in table.op_kinds):
+        known = set(names)
+        for op_name, ins, outs in zip(op_names, table.op_inputs, table.op_outputs):
+            n = next((n for n in (*ins, *outs) if n not in known), None)
             if n is not None:
-                raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{op.name}'")
-    for op in ops:
-        if not op.params:
-            continue
-        name = op.name
-        params = op.params
+                raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{op_name}'")
+    param_names: set[str] = set()
+    param_tensors: list[QnnTensor] = []
+    for i in sorted(table.op_params):
+        op = table.op(i)
+        name, params = op.name, op.params
         if len(params) > 1 and len({p.name for p in params}) != len(params):
             raise _fail("has two params with the same name", f"node '{name}'")
         for p in params:
@@ -317,7 +313,9 @@ def plan(graph: QnnGraph) -> Layout:
                 t, psub = p.tensor, f"node '{name}' param '{p.name}'"
                 if t.type is not STATIC:
                     raise _fail("a tensor param must be a STATIC tensor", psub)
-                if t.name in tensors or t.name in param_names:
+                if known is None:
+                    known = set(names)
+                if t.name in known or t.name in param_names:
                     raise _fail(f"tensor name '{t.name}' is used twice (QNN tensor names are "
                                 "unique per graph)", psub)
                 _check_storage(t, psub, shapes)
@@ -326,19 +324,76 @@ def plan(graph: QnnGraph) -> Layout:
                 param_tensors.append(t)
                 if not (t.name.isascii() and t.name.isidentifier()):
                     odd.append(t.name)
+    for k, kind in enumerate(table.op_kinds):
+        if k in used_kinds and len(kind.params) > 1 and len({p.name for p in kind.params}) != len(kind.params):
+            raise _fail("has two params with the same name", f"node '{op_names[table.op_kind.index(k)]}'")
+
+    if odd and known is None:
+        known = set(names)
 
     def tensor_taken(n: str) -> bool:
-        return n in tensors or n in param_names
+        return n in known or n in param_names  # type: ignore[operator]
 
     return Layout(cnames=_renames(odd, tensor_taken), node_cnames=_renames(odd_nodes, seen_nodes.__contains__),
-                  io_ids=io_ids, statics=(*statics, *param_tensors), static_elements=total,
-                  op_types=tuple(sorted(op_types)), produced=produced, shapes=shapes)
+                  io_ids=io_ids, statics=_Statics(table, list(data), tuple(param_tensors)), static_elements=total,
+                  op_types=tuple(sorted(op_types)), shapes=shapes, table=table)
+
+
+class _KindProblem(Exception):
+    """Why tensors of a kind cannot be written (the caller names the tensor)."""
+
+
+def _check_kind(kind: TensorKind) -> None:
+    """What can be checked of a kind, once per kind (a static tensor's data is checked per tensor)."""
+    if kind.type is TensorType.STATIC or kind.static or kind.datatype in _NO_STORAGE \
+            or (kind.dims and min(kind.dims) < 0):
+        if kind.datatype in _NO_STORAGE:
+            raise _KindProblem(f"datatype {kind.datatype.qnn_name} cannot be stored in a tensor")
+        if kind.dims and min(kind.dims) < 0:
+            raise _KindProblem(f"negative dimension in dims {list(kind.dims)}")
+        if kind.type is TensorType.STATIC and not kind.static:
+            raise _KindProblem("static tensor has no data")
+        if kind.static and kind.type is not TensorType.STATIC:
+            raise _KindProblem(f"only STATIC tensors carry data, this one is {kind.type.name}")
+    try:
+        _check_encoding(kind.tensor("", None), "")
+    except QlowerError as exc:
+        raise _KindProblem(exc.diagnostics[0].message) from None
+
+
+class _Statics(Sequence):
+    """The static tensors a layout writes: the graph's (made from the table when asked for) and then
+    the tensor params' tensors."""
+
+    def __init__(self, table: QnnTable, indices: list[int], params: tuple[QnnTensor, ...] = ()) -> None:
+        self.table, self.indices, self.params = table, indices, params
+
+    def __len__(self) -> int:
+        return len(self.indices) + len(self.params)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        n = len(self.indices)
+        return self.table.tensor(self.indices[i]) if i < n else self.params[i - n]
+
+    def names(self) -> list[str]:
+        names = self.table.tensor_names
+        return [names[i] for i in self.indices] + [t.name for t in self.params]
 
 
 def static_bytes(layout: Layout) -> int:
     """Data bytes the `.bin` will hold (for progress reporting)."""
-    return sum(layout.shapes[t.dims][1] * _STORAGE.get(t.datatype, np.dtype(np.uint8)).itemsize
-               for t in layout.statics)
+    statics = layout.statics
+    kinds, kind_of = statics.table.tensor_kinds, statics.table.tensor_kind
+    counts = collections.Counter(kind_of[i] for i in statics.indices)
+    return sum(layout.shapes[kinds[k].dims][1] * _STORAGE.get(kinds[k].datatype, np.dtype(np.uint8)).itemsize * n
+               for k, n in counts.items()) + sum(layout.shapes[t.dims][1] * _STORAGE.get(
+                   t.datatype, np.dtype(np.uint8)).itemsize for t in statics.params)
 
 
 def raw_array(tensor: QnnTensor) -> np.ndarray:
@@ -389,7 +444,7 @@ class _Headers:
                          b"%06o\0 " % chk, self.rest))
 
 
-def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None,
+def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, layout: Layout | None = None,
           progress: Callable[[int], None] | None = None) -> None:
     """Stream the `.bin` tar with reproducible headers (mtime 0, root, 0644, sorted members).
 
@@ -398,7 +453,7 @@ def write(graph: QnnGraph, fileobj: BinaryIO, layout: Layout | None = None,
     """
     layout = layout or plan(graph)
     cname = layout.cnames.get
-    members = sorted((cname(t.name, t.name) + ".raw", i) for i, t in enumerate(layout.statics))
+    members = sorted((cname(n, n) + ".raw", i) for i, n in enumerate(layout.statics.names()))
     header = _Headers()
     out = fileobj.write
     offset = 0

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import io
 import itertools
+from itertools import chain
 import math
 import re
+from collections.abc import Callable
 from typing import BinaryIO
+
+import numpy as np
 
 from qlower.qnn.datatypes import DataType
 from qlower.qnn.emit_bin import Layout, c_identifiers, plan
 from qlower.qnn.emit_json import _scalar_key, _Text, scalar_value
 from qlower.qnn.model import (EncodingKind, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam,
                               TensorType)
+from qlower.qnn.joiner import compile_join
+from qlower.qnn.table import OpKind, QnnTable
 
 _SCALAR_MEMBER = {
     DataType.INT_8: "int8Value", DataType.SFIXED_POINT_8: "int8Value", DataType.SFIXED_POINT_4: "int8Value",
@@ -220,77 +226,160 @@ _FLUSH_PARTS = 1024  # functions buffered before a write
 
 
 _SLOT = "\x00"  # names in a node template's text are \x00<k>\x00 while it is being made
+_STAND_IN = "QLOWER_STAND_IN"  # a tensor's name in its kind's template (an identifier: printed as is)
+_NO_DATA = np.zeros(0, np.uint8)  # a static stand-in's data (the text does not depend on it)
+
+
+_QUOTED: dict[int, tuple[str | tuple, ...]] = {0: (("n",),), 1: ('"', ("n",), '"')}
+
+
+def _node_arg(a: int, n_in: int) -> tuple[str | tuple, ...]:
+    """A node template's argument as `compile_join` parts, when every name is its own identifier and
+    C string: 0 the node's identifier, 1 its name quoted, then inputs quoted, then outputs (identifier,
+    quoted)."""
+    if a < 2:
+        return _QUOTED[a]
+    if a < 2 + n_in:
+        return '"', ("i", a - 2), '"'
+    j, quoted = divmod(a - 2 - n_in, 2)
+    return ('"', ("o", j), '"') if quoted else (("o", j),)
+
+
+def _parts(pieces: list[str], slots: tuple[tuple[int, int], ...], arg: Callable[[int], tuple]) -> list:
+    """A template (constant pieces, slots) as `compile_join` parts."""
+    at = dict(slots)
+    out: list = []
+    for j, piece in enumerate(pieces):
+        if j in at:
+            out += arg(at[j])
+        else:
+            out.append(piece)
+    return out
+
+
+def _pieces(text: str, fields: dict[str, int]) -> tuple[list[str], tuple[tuple[int, int], ...]]:
+    """`text` cut at each occurrence of a field: constant pieces, and (piece, argument) slots."""
+    pieces: list[str] = []
+    slots: list[tuple[int, int]] = []
+    found = re.compile("|".join(re.escape(k) for k in sorted(fields, key=len, reverse=True)))
+    at = 0
+    for m in found.finditer(text):
+        pieces.append(text[at:m.start()])
+        slots.append((len(pieces), fields[m.group()]))
+        pieces.append("")
+        at = m.end()
+    pieces.append(text[at:])
+    return pieces, tuple(slots)
 
 
 class _Functions:
     """The `addTensor_<t>` and `addNode_<n>` functions' text.
 
-    An `addNode_` function's text depends on its names (node, inputs, outputs) and on a
-    signature: op type, scalar params, input count and each output tensor's kind. For ops
-    without tensor params or quantized outputs, `node_fast` formats the text once per
-    signature with placeholder names, keeps it as constant pieces with slots, and joins
-    each node's names into them (`node` is the reference it must equal, byte for byte).
+    A function's text depends on its names (tensor; or node, inputs, outputs) and on its
+    kind (`QnnTable`). `tensor_at`/`node_at` format a kind's function once with stand-in
+    names, keep it as constant pieces with slots, and join each tensor's or node's names
+    into them; `tensor`/`node` format one function from its objects, the reference the
+    templates must equal byte for byte (and what ops with tensor params use).
     """
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, table: QnnTable, templates: bool = True) -> None:
         self.renamed = layout.cnames
         self.renamed_nodes = layout.node_cnames
+        self.table = table
+        self.use_templates = templates
+        # every name its own C identifier and string: kinds' text compiles to one join per function
+        self.plain = templates and not layout.cnames and not layout.node_cnames
+        self.tensor_joins: dict[int, Callable[..., str]] = {}
+        self.node_joins: dict[int, Callable[..., str] | None] = {}
         self.top = _Tensors(layout, " " * 27)
         self.param = _Tensors(layout, " " * 6)
         self.out = _Tensors(layout, "    ")
         self.scalars: dict[tuple[object, ...], str] = {}
         self.kinds: dict[tuple[str, str], str] = {}
-        self.templates: dict[tuple[object, ...], tuple[list[str], tuple[tuple[int, int], ...]] | None] = {}
+        self.tensor_templates: dict[int, tuple[list[str], tuple[tuple[int, int], ...]]] = {}
+        self.node_templates: dict[int, tuple[list[str], tuple[tuple[int, int], ...]] | None] = {}
+        self.index: dict[str, int] | None = None
 
-    def node_fast(self, op: OpConfig, tensors: dict[str, QnnTensor]) -> str:
-        """`node(op, tensors)`, from the op signature's template when it has one."""
-        params, inputs, outputs = op.params, op.inputs, op.outputs
-        key = [op.package, op.type, len(inputs)]
-        for p in params:  # what `_scalar_key` keys (floats print differently from how they compare)
-            if type(p) is not ScalarParam:
-                return self.node(op, tensors)
-            v = p.value
-            tv = type(v)
-            if tv is not bool and tv is not int and tv is not str:
-                return self.node(op, tensors)
-            key += (p.name, p.datatype, tv, v)
-        key.append(None)
-        outs = [tensors[n] for n in outputs]
-        for t in outs:
-            if t.encoding is not None or t.data is not None:
-                return self.node(op, tensors)
-            key += (t.type, t.datatype, t.dims)
-        key = tuple(key)
-        templates = self.templates
-        template = templates.get(key, False)
-        if template is False:
-            if len(templates) >= 1 << 12:
-                templates.clear()
-            template = templates[key] = self._template(op, outs)
+    def tensor_at(self, i: int) -> str:
+        """The `addTensor_` function of the table's tensor `i`."""
+        table = self.table
+        if not self.use_templates:
+            return self.tensor(table.tensor(i))
+        k = table.tensor_kind[i]
+        if self.plain:
+            join = self.tensor_joins.get(k)
+            if join is None:
+                pieces, slots = self._tensor_template(k)
+                join = self.tensor_joins[k] = compile_join(_parts(pieces, slots, lambda a: _QUOTED[a]))
+            return join(table.tensor_names[i], None, None, None)
+        template = self.tensor_templates.get(k)
         if template is None:
-            return self.node(op, tensors)
+            template = self.tensor_templates[k] = self._tensor_template(k)
+        name = table.tensor_names[i]
+        c = self.renamed.get(name)
+        text, slots = template
+        text = text[:]
+        args = (name, f'"{name}"') if c is None else (c, cstr(name))
+        for at, a in slots:
+            text[at] = args[a]
+        return "".join(text)
+
+    def _tensor_template(self, k: int) -> tuple[list[str], tuple[tuple[int, int], ...]]:
+        kind = self.table.tensor_kinds[k]
+        return _pieces(self.tensor(kind.tensor(_STAND_IN, _NO_DATA if kind.static else None)),
+                       {f'"{_STAND_IN}"': 1, _STAND_IN: 0})
+
+    def node_joins_of(self) -> list[Callable[..., str] | None]:
+        """Per op kind, its nodes' text as a compiled join (`plain` graphs; None: format each node)."""
+        out: list[Callable[..., str] | None] = []
+        for k, kind in enumerate(self.table.op_kinds):
+            template = self.node_templates.get(k, False)
+            if template is False:
+                template = self.node_templates[k] = self._template(kind)
+            if template is None:
+                out.append(None)
+                continue
+            n_in = len(kind.inputs)
+            out.append(compile_join(_parts(*template, lambda a, n_in=n_in: _node_arg(a, n_in))))
+        return out
+
+    def node_at(self, i: int) -> str:
+        """The `addNode_` function of the table's op `i`."""
+        table = self.table
+        k = table.op_kind[i]
+        templates = self.node_templates
+        template = templates.get(k, False) if self.use_templates else None
+        if template is False:
+            template = templates[k] = self._template(table.op_kinds[k])
+        if template is None:
+            op = table.op(i)
+            if self.index is None:
+                self.index = {n: j for j, n in enumerate(table.tensor_names)}
+            return self.node(op, {n: table.tensor(self.index[n]) for n in op.outputs})
         renamed, renamed_nodes = self.renamed, self.renamed_nodes
-        name = op.name
+        name = table.op_names[i]
         nc = renamed_nodes.get(name)
         args = [name, f'"{name}"'] if nc is None else [nc, cstr(name)]
-        for n in inputs:
+        for n in table.op_inputs[i]:
             args.append(f'"{n}"' if n not in renamed else cstr(n))
-        for n in outputs:
+        for n in table.op_outputs[i]:
             c = renamed.get(n)
             args += (n, f'"{n}"') if c is None else (c, cstr(n))
         text, slots = template
         text = text[:]
-        for at, k in slots:
-            text[at] = args[k]
+        for at, a in slots:
+            text[at] = args[a]
         return "".join(text)
 
-    def _template(self, op: OpConfig, outs: list[QnnTensor]) -> tuple[list[str], tuple[tuple[int, int], ...]] | None:
-        """The text of `op`'s signature as constant pieces and (piece, argument) slots. Arguments: 0 the
+    def _template(self, kind: OpKind) -> tuple[list[str], tuple[tuple[int, int], ...]] | None:
+        """The text of a kind's nodes as constant pieces and (piece, argument) slots. Arguments: 0 the
         node's C identifier, 1 its quoted name, then each input's quoted name, then each output's C
-        identifier and quoted name."""
-        if any(_SLOT in t for t in (op.package, op.type, *(p.name for p in op.params),
-                                    *(p.value for p in op.params if isinstance(p.value, str)))):
-            return None  # constant text that could pass for a placeholder
+        identifier and quoted name. None for kinds formatted node by node (tensor params; text that
+        could pass for a stand-in name)."""
+        if kind.tensor_params or any(_SLOT in t for t in (
+                kind.package, kind.type, *(p.name for p in kind.params),
+                *(p.value for p in kind.params if isinstance(getattr(p, "value", None), str)))):
+            return None
         slot = [0]
 
         def fresh() -> str:
@@ -298,14 +387,17 @@ class _Functions:
             return f"{_SLOT}{slot[0] - 1}{_SLOT}"
 
         node_name = fresh()
-        fake_inputs = [fresh() for _ in op.inputs]
+        fake_inputs = [fresh() for _ in kind.inputs]
         fake_tensors: dict[str, QnnTensor] = {}
         fake_outputs = []
-        for t in outs:
+        for k in kind.outputs:
             n = fresh()
             fake_outputs.append(n)
-            fake_tensors[n] = QnnTensor(n, t.type, t.datatype, t.dims)
-        fake = OpConfig(node_name, op.type, fake_inputs, fake_outputs, list(op.params), package=op.package)
+            if k < 0:
+                return None  # (an unknown output: `plan` refuses the graph before this is reached)
+            fake_tensors[n] = self.table.tensor_kinds[k].tensor(n, _NO_DATA if self.table.tensor_kinds[k].static
+                                                                else None)
+        fake = OpConfig(node_name, kind.type, fake_inputs, fake_outputs, list(kind.params), package=kind.package)
         text = self.node(fake, fake_tensors)
         # placeholder k: quoted, a name (the argument of the quoted name); bare, a C identifier
         fields = {f'"{node_name}"': 1, node_name: 0}
@@ -315,19 +407,10 @@ class _Functions:
         for i, n in enumerate(fake_outputs):
             fields[f'"{n}"'] = base + 2 * i + 1
             fields[n] = base + 2 * i
-        pieces: list[str] = []
-        slots: list[tuple[int, int]] = []
-        found = re.compile("|".join(re.escape(k) for k in sorted(fields, key=len, reverse=True)))
-        at = 0
-        for m in found.finditer(text):
-            pieces.append(text[at:m.start()])
-            slots.append((len(pieces), fields[m.group()]))
-            pieces.append("")
-            at = m.end()
-        pieces.append(text[at:])
-        if any(_SLOT in p for p in pieces):
+        template = _pieces(text, fields)
+        if any(_SLOT in p for p in template[0]):
             return None
-        return pieces, tuple(slots)
+        return template
 
     def tensor(self, t: QnnTensor) -> str:
         decls, block = self.top(t)
@@ -401,17 +484,19 @@ class _Functions:
                 "  ), err);\n  return err;\n}\n\n")
 
 
-def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlower",
+def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: str = "qlower",
           copyright_str: str = "", layout: Layout | None = None, templates: bool = True) -> None:
     """Stream the `.cpp` text into `fileobj` (binary, UTF-8); deterministic for a given graph and arguments.
 
-    The `addTensor_`/`addNode_` functions are written as the graph is walked;
-    `QnnModel_composeGraphs`, which calls them in the same order, comes from a
-    second, cheap walk, so no list of the graph's steps is kept. `templates=False`
-    formats every node afresh (the same bytes, slower: for tests of the templates).
+    The `addTensor_`/`addNode_` functions are written as the graph is walked, each from the text
+    of its kind (`QnnTable`) with its names joined in; `QnnModel_composeGraphs`, which calls them
+    in the same order, comes from a second, cheap walk, so no list of the graph's steps is kept.
+    `templates=False` formats every function afresh (the same bytes, slower: for tests of the templates).
     """
     layout = layout or plan(graph)
-    var = _model_var(graph.name)
+    table = layout.table
+    assert table is not None
+    var = _model_var(table.name)
     out = _Text(fileobj)
     parts = out.parts
     add = parts.append
@@ -423,28 +508,36 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
                    'extern "C" {', ""]))
     # A tensor no op produces gets an addTensor_ function where it is first needed:
     # graph inputs first, then each op's inputs before the op, then the rest.
-    tensors, produced = graph.tensors, layout.produced
-    fn = _Functions(layout)
+    produced = set(chain.from_iterable(table.op_outputs))  # (the op outputs, flattened in C)
+    names = table.tensor_names
+    unproduced = {n: i for i, n in enumerate(names) if n not in produced}
+    fn = _Functions(layout, table, templates)
     added: set[str] = set()
-    tensor_fn, node_fn, flush_at = fn.tensor, fn.node_fast if templates else fn.node, _FLUSH_PARTS
-    for n in graph.inputs:
-        if n not in produced and n not in added:
+    tensor_fn, node_fn, flush_at = fn.tensor_at, fn.node_at, _FLUSH_PARTS
+    for n in table.inputs:
+        if n in unproduced and n not in added:
             added.add(n)
-            add(tensor_fn(tensors[n]))
-    for op in graph.ops:
-        for n in op.inputs:
-            if n not in produced and n not in added:
-                added.add(n)
-                add(tensor_fn(tensors[n]))
-        add(node_fn(op, tensors))
+            add(tensor_fn(unproduced[n]))
+    pending = unproduced.keys() - added  # tensors whose functions come before their first user
+    joins = fn.node_joins_of() if fn.plain else [None] * len(table.op_kinds)
+    op_names, op_kind, op_inputs, op_outputs = table.op_names, table.op_kind, table.op_inputs, table.op_outputs
+    for i, (name, k, ins, outs) in enumerate(zip(op_names, op_kind, op_inputs, op_outputs)):
+        if pending and not pending.isdisjoint(ins):
+            for n in ins:
+                if n in pending:
+                    pending.discard(n)
+                    added.add(n)
+                    add(tensor_fn(unproduced[n]))
+        join = joins[k]
+        add(join(name, ins, outs, None) if join is not None else node_fn(i))
         if len(parts) >= flush_at:
             out.flush()
-    if len(added) < len(tensors) - len(produced):  # (op outputs are graph tensors) some are left
-        for n in tensors:
-            if n not in produced and n not in added:
+    if len(added) < len(unproduced):  # (op outputs are graph tensors) some are left
+        for n, j in unproduced.items():
+            if n not in added:
                 added.add(n)
-                add(tensor_fn(tensors[n]))
-    gname = cstr(graph.name)
+                add(tensor_fn(j))
+    gname = cstr(table.name)
     add("\n".join(["QNN_API", "ModelError_t QnnModel_composeGraphs("
                    + (",\n" + " " * 36).join(_COMPOSE_ARGS) + ") {", "",
                    "  ModelError_t err = MODEL_NO_ERROR;", "", f"  /* model/graph for {var} */",
@@ -456,20 +549,20 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
     # The calls, in the order the functions were written: `added` holds the tensors
     # given functions; each is called (and dropped) where it was first needed.
     cname, node_cname = layout.cnames.get, layout.node_cnames.get
-    for n in graph.inputs:
+    for n in table.inputs:
         if n in added:
             added.remove(n)
             add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
-    for op in graph.ops:
-        for n in op.inputs:
+    for name, ins in zip(table.op_names, table.op_inputs):
+        for n in ins:
             if n in added:
                 added.remove(n)
                 add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
-        add(f"  VALIDATE(addNode_{node_cname(op.name, op.name)}({var}), err);\n")
+        add(f"  VALIDATE(addNode_{node_cname(name, name)}({var}), err);\n")
         if len(parts) >= 16 * flush_at:
             out.flush()
     if added:  # tensors that only the last walk above found
-        for n in tensors:
+        for n in unproduced:
             if n in added:
                 added.remove(n)
                 add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")

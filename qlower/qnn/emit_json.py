@@ -14,6 +14,7 @@ extra node keys QNN tools ignore: `macs_per_inference` and `provenance`.
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 from collections.abc import Callable
@@ -25,9 +26,10 @@ import numpy as np
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.emit_bin import Layout, plan, storage
-from qlower.qnn.macs import graph_macs
-from qlower.qnn.model import (EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam, TensorParam,
-                              TensorType)
+from qlower.qnn.macs import op_kind_macs
+from qlower.qnn.model import (EncodingKind, OpConfig, Origin, QnnGraph, QnnTensor, QuantEncoding, ScalarParam,
+                              TensorParam, TensorType)
+from qlower.qnn.table import OpKind, QnnTable
 
 DEFINITION_DEFINED = 1
 DEFINITION_UNDEFINED = 0x7FFFFFFF
@@ -184,6 +186,12 @@ class _Text:
             self.fileobj.write("".join(self.parts).encode("utf-8"))
             self.parts.clear()
 
+    def lines(self, lines: list[str], first: bool) -> None:
+        """Lines of a `tensors`/`nodes` section, each indented on its own line, commas between them."""
+        self.flush()
+        if lines:
+            self.fileobj.write(((_FIRST if first else _NEXT) + _NEXT.join(lines)).encode("utf-8"))
+
 
 class _TensorLines:
     """Tensor objects as `_ENC(tensor_json(...))` writes them, from cached per-kind text.
@@ -269,30 +277,32 @@ class _NodeTail:
         return f'{text}{head}{names}]}}'
 
 
-def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlower",
+def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: str = "qlower",
           copyright_str: str = "", layout: Layout | None = None) -> None:
-    """Stream the `_net.json` text into `fileobj` (binary, UTF-8), one tensor or node at a time.
+    """Stream the `_net.json` text into `fileobj` (binary, UTF-8), a chunk of lines at a time.
 
     Layout: fixed key order, the document's frame indented, each tensor and
     node on its own line as json's C encoder writes it with `", "`/`": "`
-    separators, trailing newline. Nothing proportional to the graph is built:
-    lines are formatted from per-kind templates and written in large chunks.
+    separators, trailing newline. Nothing proportional to the graph is built.
+    A line is its names joined into the text of its kind (`QnnTable`), made once per
+    kind; an op with tensor params (data inline) is formatted on its own.
     """
     layout = layout or plan(graph)
+    table = layout.table
+    assert table is not None
     out = _Text(fileobj)
-    parts = out.parts
-    add = parts.append
+    add = out.parts.append
     quote = _QUOTE
-    total = layout.static_elements
-    macs = graph_macs(graph)
-    total_macs = sum(macs)
+    kind_macs, own_macs = op_kind_macs(table)
+    counts = collections.Counter(table.op_kind)
+    total_macs = sum(m * counts[k] for k, m in enumerate(kind_macs) if m is not None) + sum(own_macs.values())
     header = {
-        "model.cpp": f"{graph.name}.cpp",
-        "model.bin": f"{graph.name}.bin",
+        "model.cpp": f"{table.name}.cpp",
+        "model.bin": f"{table.name}.bin",
         "converter_command": converter_command,
         "copyright_str": copyright_str,
         "op_types": list(layout.op_types),
-        "Total parameters": total_parameters(total),
+        "Total parameters": total_parameters(layout.static_elements),
         "Total MACs per inference": si_notation(total_macs, total_macs),
     }
     add("{\n")
@@ -300,67 +310,118 @@ def write(graph: QnnGraph, fileobj: BinaryIO, *, converter_command: str = "qlowe
         add(f"  {quote(k)}: {_ENC(v)},\n")
     add('  "graph": {\n    "tensors": {')
     line = _TensorLines(layout)
-    graph_tensor = line.graph_tensor
+    # a tensor's object after its id is its kind's
+    rests = [line.graph_tensor(kind.tensor("", _DATA if kind.static else None), 0)[len('{"id": 0, '):]
+             for kind in table.tensor_kinds]
+    io_kinds = {k for k, kind in enumerate(table.tensor_kinds)
+                if kind.type is not TensorType.NATIVE and kind.type is not TensorType.STATIC}
     io_ids = layout.io_ids
-    NATIVE, STATIC = TensorType.NATIVE, TensorType.STATIC
-    sep = "\n      "
-    for i, (name, t) in enumerate(graph.tensors.items()):
-        kind = t.type
-        tid = i if kind is NATIVE or kind is STATIC else io_ids.get(name, i)
-        add(f"{sep}{quote(name)}: {graph_tensor(t, tid)}")
-        sep = ",\n      "
-        if len(parts) >= _FLUSH_PARTS:
-            out.flush()
+    names, kind_of = table.tensor_names, table.tensor_kind
+    for a in range(0, len(names), _CHUNK):
+        b = min(a + _CHUNK, len(names))
+        if io_kinds:
+            ids = [io_ids.get(n, i) if k in io_kinds else i for i, n, k in zip(range(a, b), names[a:b], kind_of[a:b])]
+        else:
+            ids = range(a, b)
+        out.lines([f'{quote(n)}: {{"id": {i}, {rests[k]}' for n, i, k in zip(names[a:b], ids, kind_of[a:b])],
+                  a == 0)
     add('\n    },\n    "nodes": {')
-    next_id = len(graph.tensors)
-    scalars: dict[tuple[Any, ...], str] = {}
-    heads: dict[tuple[str, str], str] = {}
-    sep = "\n      "
     tail = _NodeTail(total_macs)
-    for op, op_macs in zip(graph.ops, macs):
-        hk = (op.package, op.type)
-        head = heads.get(hk)
-        if head is None:
-            head = heads[hk] = f'{{"package": {quote(op.package)}, "type": {quote(op.type)}, "tensor_params": {{'
-        params = op.params
-        if not params:
-            add(f'{sep}{quote(op.name)}: {head}}}, "scalar_params": {{}}, '
-                f'"input_names": [{", ".join(map(quote, op.inputs))}], '
-                f'"output_names": [{", ".join(map(quote, op.outputs))}]{tail(op, op_macs)}}}')
-            sep = ",\n      "
-            if len(parts) >= _FLUSH_PARTS:
-                out.flush()
-            continue
-        tparts: list[str] = []
-        sparts: list[str] = []
-        order_ok = True
-        for p in params:
-            if isinstance(p, TensorParam):
-                if sparts:
-                    order_ok = False
-                t = p.tensor
-                data = f', "data": {_ENC(storage(t).reshape(tuple(int(d) for d in t.dims)).tolist())}'
-                tparts.append(f"{quote(p.name)}: {{{quote(t.name)}: {line(t, next_id, data)}}}")
-                next_id += 1
-            else:
-                key = _scalar_key(p)
-                text = scalars.get(key) if key is not None else None
-                if text is None:
-                    v = scalar_value(p, f"node '{op.name}' param '{p.name}'")
-                    text = f'{quote(p.name)}: {{"{int(p.datatype)}": {_ENC(v)}}}'
-                    if key is not None:
-                        scalars[key] = text
-                sparts.append(text)
-        ins = ", ".join(map(quote, op.inputs))
-        outs = ", ".join(map(quote, op.outputs))
-        order = "" if order_ok else f', "param_order": {_ENC([p.name for p in params])}'
-        add(f'{sep}{quote(op.name)}: {head}{", ".join(tparts)}}}, "scalar_params": {{{", ".join(sparts)}}}, '
-            f'"input_names": [{ins}], "output_names": [{outs}]{order}{tail(op, op_macs)}}}')
-        sep = ",\n      "
-        if len(parts) >= _FLUSH_PARTS:
-            out.flush()
+    heads = [_node_head(table, k, tail, m) for k, m in enumerate(kind_macs)]
+    next_id = len(names)
+    op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
+                                                             table.op_outputs, table.op_sources)
+    scalars: dict[tuple[Any, ...], str] = {}
+    for a in range(0, len(op_names), _CHUNK):
+        b = min(a + _CHUNK, len(op_names))
+        if any(heads[k] is None for k in op_kind[a:b]):
+            lines = []
+            for i in range(a, b):
+                h = heads[op_kind[i]]
+                if h is None:
+                    text, next_id = _node_line(table.op(i), next_id, line, tail, own_macs[i], scalars)
+                    lines.append(text)
+                else:
+                    lines.append(_node_text(h, op_names[i], op_inputs[i], op_outputs[i], op_sources[i]))
+        else:
+            lines = [f'{quote(n)}: {h[0]}{", ".join(map(quote, i))}{h[1]}{", ".join(map(quote, o))}{h[2]}'
+                     f'{", ".join(map(quote, s))}{h[3]}'
+                     for n, h, i, o, s in zip(op_names[a:b], map(heads.__getitem__, op_kind[a:b]),
+                                              op_inputs[a:b], op_outputs[a:b], op_sources[a:b])]
+        out.lines(lines, a == 0)
     add("\n    }\n  }\n}\n")
     out.flush()
+
+
+_CHUNK = 4096  # lines formatted and written at once
+_FIRST, _NEXT = "\n      ", ",\n      "
+_DATA = object()  # (a stand-in: the kind's text does not depend on the data)
+
+
+def _node_head(table: QnnTable, k: int, tail: _NodeTail, macs: int | None) -> tuple[str, str, str, str] | None:
+    """The constant text of a node of kind `k` around its input, output and source names (None for a
+    kind whose nodes are formatted one by one: tensor params)."""
+    kind = table.op_kinds[k]
+    if kind.tensor_params or macs is None:
+        return None
+    sparts = []
+    for p in kind.params:
+        try:
+            v = scalar_value(p, "")
+        except QlowerError:  # the message names the kind's first node
+            name = table.op_names[table.op_kind.index(k)]
+            scalar_value(p, f"node '{name}' param '{p.name}'")
+            raise
+        sparts.append(f'{_QUOTE(p.name)}: {{"{int(p.datatype)}": {_ENC(v)}}}')
+    head = (f'{{"package": {_QUOTE(kind.package)}, "type": {_QUOTE(kind.type)}, "tensor_params": {{}}, '
+            f'"scalar_params": {{{", ".join(sparts)}}}, "input_names": [')
+    if not kind.origin:
+        after = tail(OpConfig("", kind.type, [], [], [], kind.package), macs)
+        return head, '], "output_names": [', f"]{after}}}", ""
+    after = tail(OpConfig("", kind.type, [], [], [], kind.package, origin=Origin(kind.rule, kind.location, (_MARK,))),
+                 macs)
+    cut = after.rindex(_QUOTE(_MARK))
+    return head, '], "output_names": [', f"]{after[:cut]}", f"{after[cut + len(_QUOTE(_MARK)):]}}}"
+
+
+_MARK = "\x01"  # a stand-in source node, cut out of the text
+
+
+def _node_text(h: tuple[str, str, str, str], name: str, ins: list[str], outs: list[str], srcs: tuple[str, ...]) -> str:
+    q = _QUOTE
+    return f'{q(name)}: {h[0]}{", ".join(map(q, ins))}{h[1]}{", ".join(map(q, outs))}{h[2]}{", ".join(map(q, srcs))}{h[3]}'
+
+
+def _node_line(op: OpConfig, next_id: int, line: _TensorLines, tail: _NodeTail, op_macs: int,
+               scalars: dict[tuple[Any, ...], str]) -> tuple[str, int]:
+    """One node formatted on its own (tensor params, their data inline); the next tensor-param id."""
+    quote = _QUOTE
+    head = f'{{"package": {quote(op.package)}, "type": {quote(op.type)}, "tensor_params": {{'
+    tparts: list[str] = []
+    sparts: list[str] = []
+    order_ok = True
+    for p in op.params:
+        if isinstance(p, TensorParam):
+            if sparts:
+                order_ok = False
+            t = p.tensor
+            data = f', "data": {_ENC(storage(t).reshape(tuple(int(d) for d in t.dims)).tolist())}'
+            tparts.append(f"{quote(p.name)}: {{{quote(t.name)}: {line(t, next_id, data)}}}")
+            next_id += 1
+        else:
+            key = _scalar_key(p)
+            text = scalars.get(key) if key is not None else None
+            if text is None:
+                v = scalar_value(p, f"node '{op.name}' param '{p.name}'")
+                text = f'{quote(p.name)}: {{"{int(p.datatype)}": {_ENC(v)}}}'
+                if key is not None:
+                    scalars[key] = text
+            sparts.append(text)
+    ins = ", ".join(map(quote, op.inputs))
+    outs = ", ".join(map(quote, op.outputs))
+    order = "" if order_ok else f', "param_order": {_ENC([p.name for p in op.params])}'
+    return (f'{quote(op.name)}: {head}{", ".join(tparts)}}}, "scalar_params": {{{", ".join(sparts)}}}, '
+            f'"input_names": [{ins}], "output_names": [{outs}]{order}{tail(op, op_macs)}}}'), next_id
 
 
 def dumps(graph: QnnGraph, *, converter_command: str = "qlower", copyright_str: str = "",

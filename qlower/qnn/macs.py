@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from qlower.qnn.model import PACKAGE, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam
+from qlower.qnn.table import QnnTable, table_of
 
 TABLE = Path(__file__).parent / "opdefs" / "macs.txt"
 Tensors = Mapping[str, QnnTensor]  # the graph's tensors by name: where formulas read dims
@@ -186,20 +187,38 @@ def op_macs(op: OpConfig, tensors: Tensors, table: Mapping[str, Formula] | None 
         return 0
 
 
-def graph_macs(graph: QnnGraph, table: Mapping[str, Formula] | None = None) -> list[int]:
-    """MACs of every op, in `graph.ops` order."""
-    tensors = graph.tensors
-    table = shipped_table() if table is None else table
-    get = table.get
-    out: list[int] = []
-    add = out.append
-    for op in graph.ops:  # op_macs, inlined: this runs once per op of every written graph
-        f = get(op.type)
-        if f is None or op.package != PACKAGE:
-            add(0)
+def graph_macs(graph: QnnGraph | QnnTable, table: Mapping[str, Formula] | None = None) -> list[int]:
+    """MACs of every op, in op order."""
+    t = graph if isinstance(graph, QnnTable) else table_of(graph)
+    per_kind, own = op_kind_macs(t, table)
+    out = [per_kind[k] for k in t.op_kind]
+    for i, m in own.items():
+        out[i] = m
+    return out  # type: ignore[return-value]
+
+
+def op_kind_macs(t: QnnTable, table: Mapping[str, Formula] | None = None
+                 ) -> tuple[list[int | None], dict[int, int]]:
+    """MACs per op kind (None for kinds with tensor params, whose data a formula may read) and per op
+    of those kinds (by op index): a million-op graph evaluates its formulas once per kind."""
+    formulas = shipped_table() if table is None else table
+    per_kind: list[int | None] = []
+    for kind in t.op_kinds:
+        if kind.tensor_params:
+            per_kind.append(None)
             continue
-        try:
-            add(max(0, int(f(op, tensors))))
-        except (LookupError, TypeError, ValueError):
-            add(0)
-    return out
+        ins = [f"\x00in{i}\x00" for i in range(len(kind.inputs))]
+        outs = [f"\x00out{i}\x00" for i in range(len(kind.outputs))]
+        tensors = {n: t.tensor_kinds[k].tensor(n) for n, k in (*zip(ins, kind.inputs), *zip(outs, kind.outputs))
+                   if k >= 0}
+        op = OpConfig("", kind.type, ins, outs, list(kind.params), kind.package)
+        per_kind.append(op_macs(op, tensors, formulas))
+    own: dict[int, int] = {}
+    if t.op_params:
+        index = {n: j for j, n in enumerate(t.tensor_names)}
+        for i in t.op_params:
+            if per_kind[t.op_kind[i]] is None:
+                op = t.op(i)
+                tensors = {n: t.tensor(index[n]) for n in (*op.inputs, *op.outputs) if n in index}
+                own[i] = op_macs(op, tensors, formulas)
+    return per_kind, own
