@@ -18,6 +18,7 @@ import collections
 import io
 import json
 from collections.abc import Callable
+from itertools import chain
 from json.encoder import encode_basestring_ascii
 from typing import Any, BinaryIO
 
@@ -26,6 +27,7 @@ import numpy as np
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.emit_bin import Layout, plan, storage
+from qlower.qnn.joiner import all_plain_json, compile_join
 from qlower.qnn.macs import op_kind_macs
 from qlower.qnn.model import (EncodingKind, OpConfig, Origin, QnnGraph, QnnTensor, QuantEncoding, ScalarParam,
                               TensorParam, TensorType)
@@ -317,24 +319,34 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
                 if kind.type is not TensorType.NATIVE and kind.type is not TensorType.STATIC}
     io_ids = layout.io_ids
     names, kind_of = table.tensor_names, table.tensor_kind
+    op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
+                                                             table.op_outputs, table.op_sources)
+    # every name its own JSON string: no per-name escaping, and a node's line is one join
+    plain = all_plain_json(names) and all_plain_json(op_names) and all_plain_json(
+        list(chain.from_iterable(op_sources)))
     for a in range(0, len(names), _CHUNK):
         b = min(a + _CHUNK, len(names))
         if io_kinds:
             ids = [io_ids.get(n, i) if k in io_kinds else i for i, n, k in zip(range(a, b), names[a:b], kind_of[a:b])]
         else:
             ids = range(a, b)
-        out.lines([f'{quote(n)}: {{"id": {i}, {rests[k]}' for n, i, k in zip(names[a:b], ids, kind_of[a:b])],
-                  a == 0)
+        if plain:
+            lines = [f'"{n}": {{"id": {i}, {rests[k]}' for n, i, k in zip(names[a:b], ids, kind_of[a:b])]
+        else:
+            lines = [f'{quote(n)}: {{"id": {i}, {rests[k]}' for n, i, k in zip(names[a:b], ids, kind_of[a:b])]
+        out.lines(lines, a == 0)
     add('\n    },\n    "nodes": {')
     tail = _NodeTail(total_macs)
     heads = [_node_head(table, k, tail, m) for k, m in enumerate(kind_macs)]
+    joins = [None if h is None or not plain else _node_join(h, table.op_kinds[k]) for k, h in enumerate(heads)]
     next_id = len(names)
-    op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
-                                                             table.op_outputs, table.op_sources)
     scalars: dict[tuple[Any, ...], str] = {}
     for a in range(0, len(op_names), _CHUNK):
         b = min(a + _CHUNK, len(op_names))
-        if any(heads[k] is None for k in op_kind[a:b]):
+        if plain and all(joins[k] is not None for k in set(op_kind[a:b])):
+            lines = [joins[k](n, i, o, s) for n, k, i, o, s in zip(op_names[a:b], op_kind[a:b], op_inputs[a:b],
+                                                                   op_outputs[a:b], op_sources[a:b])]
+        else:
             lines = []
             for i in range(a, b):
                 h = heads[op_kind[i]]
@@ -343,11 +355,6 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
                     lines.append(text)
                 else:
                     lines.append(_node_text(h, op_names[i], op_inputs[i], op_outputs[i], op_sources[i]))
-        else:
-            lines = [f'{quote(n)}: {h[0]}{", ".join(map(quote, i))}{h[1]}{", ".join(map(quote, o))}{h[2]}'
-                     f'{", ".join(map(quote, s))}{h[3]}'
-                     for n, h, i, o, s in zip(op_names[a:b], map(heads.__getitem__, op_kind[a:b]),
-                                              op_inputs[a:b], op_outputs[a:b], op_sources[a:b])]
         out.lines(lines, a == 0)
     add("\n    }\n  }\n}\n")
     out.flush()
@@ -385,6 +392,18 @@ def _node_head(table: QnnTable, k: int, tail: _NodeTail, macs: int | None) -> tu
 
 
 _MARK = "\x01"  # a stand-in source node, cut out of the text
+
+
+def _node_join(h: tuple[str, str, str, str], kind: OpKind) -> Callable[..., str]:
+    """`_node_text` of a kind, compiled (for names that are their own JSON strings)."""
+    parts: list = ['"', ("n",), '": ', h[0]]
+    for j in range(len(kind.inputs)):
+        parts += [", " if j else "", '"', ("i", j), '"']
+    parts.append(h[1])
+    for j in range(len(kind.outputs)):
+        parts += [", " if j else "", '"', ("o", j), '"']
+    parts += [h[2], ("s",), h[3]]
+    return compile_join(parts)
 
 
 def _node_text(h: tuple[str, str, str, str], name: str, ins: list[str], outs: list[str], srcs: tuple[str, ...]) -> str:

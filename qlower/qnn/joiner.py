@@ -16,13 +16,15 @@ import re
 from collections.abc import Callable, Sequence
 
 # A slot: ("n",) the node's (or tensor's) name, ("i", k) input k's, ("o", k) output k's,
-# ("s",) the source nodes joined by `", "` (each already quoted by the caller's convention).
+# ("s",) the names of `s` as a list of C or JSON strings without its brackets (`"a", "b"`).
 Slot = tuple[str] | tuple[str, int]
-_NAMES = {"n": "n", "i": "i", "o": "o", "s": "_sources(s)"}
+_NAMES = {"n": "n", "i": "i", "o": "o", "s": "_quoted(s)"}
 
 
-def _sources(s: tuple[str, ...]) -> str:
-    return s[0] if len(s) == 1 else '", "'.join(s)
+def _quoted(s: tuple[str, ...]) -> str:
+    if len(s) == 1:
+        return f'"{s[0]}"'
+    return '"' + '", "'.join(s) + '"' if s else ""
 
 
 def compile_join(parts: Sequence[str | Slot]) -> Callable[..., str]:
@@ -47,8 +49,8 @@ def compile_join(parts: Sequence[str | Slot]) -> Callable[..., str]:
         code.append(f"C[{len(consts)}]")
         consts.append(pending)
     body = f"''.join(({', '.join(code)},))" if code else "''"
-    return eval(f"lambda n, i, o, s, C=C, _sources=_sources: {body}",  # noqa: S307 - see the module docstring
-                {"__builtins__": {}}, {"C": tuple(consts), "_sources": _sources})
+    return eval(f"lambda n, i, o, s, C=C, _quoted=_quoted: {body}",  # noqa: S307 - see the module docstring
+                {"__builtins__": {}}, {"C": tuple(consts), "_quoted": _quoted})
 
 
 _NOT_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_\n]")

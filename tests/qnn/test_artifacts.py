@@ -558,8 +558,8 @@ def scalars(draw, name: str) -> ScalarParam:
 
 
 @st.composite
-def graphs(draw) -> QnnGraph:
-    names = draw(st.lists(_names, min_size=3, max_size=12, unique=True))
+def graphs(draw, names_from: st.SearchStrategy[str] = _names) -> QnnGraph:
+    names = draw(st.lists(names_from, min_size=3, max_size=12, unique=True))
     pool = iter(names)
     g = QnnGraph(draw(st.sampled_from(["g", "model.v2", "net-1"])))
     for kind in draw(st.lists(st.sampled_from([TT.APP_WRITE, TT.STATIC, TT.NATIVE]), min_size=1, max_size=4)):

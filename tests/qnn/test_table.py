@@ -1,0 +1,129 @@
+"""QnnTable: a QNN graph as kinds and names, and what walks it (validation, MACs, the writers).
+
+Laws: the table of a graph is the graph (its object view gives it back); validating per kind finds
+what validating each op on its own finds; the writers' fast paths (per-kind text, compiled joins for
+plain names) write what formatting each tensor and node on its own writes.
+"""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qlower.qnn import emit_cpp, emit_json
+from qlower.qnn.joiner import all_identifiers, all_plain_json, compile_join
+from qlower.qnn.macs import graph_macs, op_macs, shipped_table
+from qlower.qnn.model import OpConfig, QnnGraph, QnnTensor
+from qlower.qnn.opdef import OpDefRegistry
+from qlower.qnn.table import table_of
+from qlower.qnn.validate import validate_graph, validate_op
+from tests.qnn.test_artifacts import assert_graph_equal, chain_graph, graphs, rich_graph
+
+_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_identifiers = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,5}", fullmatch=True)
+_any_names = st.lists(st.text(min_size=0, max_size=4), max_size=6)
+
+
+@pytest.fixture(scope="module")
+def registry() -> OpDefRegistry:
+    return OpDefRegistry.load()
+
+
+# ------------------------------------------------------------------ the joiner
+
+@given(_any_names)
+def test_all_identifiers_is_each_name_an_identifier(names: list[str]) -> None:
+    assert all_identifiers(names) == all(n.isascii() and n.isidentifier() for n in names)
+
+
+@given(_any_names)
+def test_all_plain_json_is_each_name_its_own_json_string(names: list[str]) -> None:
+    want = all(n and json.dumps(n) == f'"{n}"' for n in names)
+    assert all_plain_json(names) == want or (not want and all_plain_json(names) is False)
+    if all_plain_json(names):
+        assert want
+
+
+@given(st.lists(st.one_of(st.text(max_size=3), st.sampled_from([("n",), ("i", 0), ("i", 1), ("o", 0), ("s",)])),
+                max_size=8),
+       st.text(max_size=3), st.lists(st.text(max_size=3), min_size=2, max_size=2),
+       st.lists(st.text(max_size=3), min_size=1, max_size=1), st.lists(st.text(max_size=3), max_size=3))
+def test_compile_join_fills_each_slot(parts, n, ins, outs, srcs) -> None:
+    def value(p):
+        if isinstance(p, str):
+            return p
+        if p[0] == "s":
+            return ", ".join(f'"{x}"' for x in srcs)
+        return {"n": n, "i": ins, "o": outs}[p[0]] if len(p) == 1 else {"i": ins, "o": outs}[p[0]][p[1]]
+
+    assert compile_join(parts)(n, ins, outs, tuple(srcs)) == "".join(map(value, parts))
+
+
+# ------------------------------------------------------------------ the table
+
+@_SETTINGS
+@given(graphs())
+def test_the_table_of_a_graph_gives_the_graph_back(g: QnnGraph) -> None:
+    table = table_of(g)
+    assert_graph_equal(g, table.graph())
+    assert len(table.tensor_kinds) <= len(g.tensors) and len(table.op_kinds) <= len(g.ops)
+
+
+def test_ops_of_one_signature_share_a_kind() -> None:
+    table = table_of(chain_graph(50))
+    # MatMul, Sigmoid, Multiply, Add; the first MatMul and Add (they read the APP_WRITE x0) and the last
+    # Add (its output is APP_READ) are kinds of their own
+    assert len(table.op_kinds) == 7
+    assert table.op_type_counts() == {"ElementWiseAdd": 50, "ElementWiseMultiply": 50, "MatMul": 50, "Sigmoid": 50}
+
+
+# ------------------------------------------------------------------ what walks it
+
+@_SETTINGS
+@given(g=graphs())
+def test_validating_per_kind_finds_what_validating_each_op_finds(registry: OpDefRegistry, g: QnnGraph) -> None:
+    for backend in ("cpu", "htp"):
+        each = [d for op in g.ops for d in validate_op(op, g, registry, backend)]
+        assert [d.render() for d in validate_graph(g, registry, backend)] == [d.render() for d in each]
+
+
+def test_a_kind_with_findings_names_each_node(registry: OpDefRegistry) -> None:
+    g = chain_graph(3)
+    for op in g.ops:
+        if op.type == "Sigmoid":
+            op.outputs = [op.outputs[0], "nowhere"]
+    found = [d for d in validate_graph(g, registry, "htp") if d.code == "unknown-tensor"]
+    assert [d.subject.split()[1] for d in found] == ["sig0", "sig1", "sig2"]
+    assert all("`nowhere`" in d.message for d in found)
+
+
+@_SETTINGS
+@given(graphs())
+def test_macs_per_kind_are_each_ops_macs(g: QnnGraph) -> None:
+    assert graph_macs(g) == [op_macs(op, g.tensors, shipped_table()) for op in g.ops]
+
+
+@_SETTINGS
+@given(g=graphs(names_from=_identifiers))
+def test_plain_names_write_what_escaping_each_name_writes(g: QnnGraph) -> None:
+    """Identifier names take the compiled joins of both writers; the bytes are the reference's."""
+    assert emit_cpp.render(g) == emit_cpp.render(g, templates=False)
+    fast = emit_json.dumps(g)
+    with mock.patch.object(emit_json, "all_plain_json", lambda names: False):
+        assert fast == emit_json.dumps(g)
+
+
+def test_the_rich_graph_takes_the_general_paths_and_a_chain_the_fast_ones() -> None:
+    assert not all_plain_json(list(rich_graph().tensors)) or not all_identifiers(list(rich_graph().tensors))
+    g = chain_graph(4)
+    assert all_identifiers(list(g.tensors)) and all_plain_json(list(g.tensors))
+    assert emit_cpp.render(g) == emit_cpp.render(g, templates=False)
+    doc = json.loads(emit_json.dumps(g))
+    assert list(doc["graph"]["nodes"]) == [op.name for op in g.ops]
+    assert doc["graph"]["tensors"]["w1"]["id"] == 1 + 5  # x0, then w0 h0 s0 y0 x1 before it
+    assert np.isfinite(len(doc["graph"]["tensors"]))
