@@ -16,6 +16,7 @@ problem with its location, loads the file instead; both build the same graph.
 
 from __future__ import annotations
 
+import enum
 import gc
 import json
 import math
@@ -58,11 +59,16 @@ _INTS = frozenset({int})
 _MISSING: Any = object()  # (an unknown name, where None means an absent input)
 
 if _msgspec is not None:
+    # dtype names as one shared object each (a million tensors name a handful of dtypes); a name
+    # that is not one makes the typed decode fail, and the general path report it
+    _DTypeName = enum.Enum("_DTypeName", {n: n for n in sorted(DTYPE_NAMES)})  # type: ignore[misc]
+    _TYPED_DTYPES = {m: np.dtype(m.value) for m in _DTypeName}
+
     class _TensorEntry(_msgspec.Struct, forbid_unknown_fields=True, gc=False):
         """A `tensors` entry as the typed path decodes it (what the general path checks key by key)."""
 
-        dtype: str
-        shape: list[Annotated[int, _msgspec.Meta(ge=0)]] | None = None
+        dtype: _DTypeName
+        shape: tuple[Annotated[int, _msgspec.Meta(ge=0)], ...] | None = None
         quant: Any = None
         data: Any = None
 
@@ -244,21 +250,19 @@ class _Loader:
             return None
         g = Graph(doc.name)
         values, ops = g._values, g._ops  # noqa: SLF001 (a new graph, built here: see `tensors`)
-        dtypes, make, make_op, plain = _DTYPES, Value, Op, _PLAIN
+        dtypes, make, make_op, plain = _TYPED_DTYPES, Value, Op, _PLAIN
         seen: dict[tuple, tuple] = {}
         for name, t in doc.tensors.items():
-            dtype = dtypes.get(t.dtype)
-            if dtype is None or not name:
+            if not name:
                 return None
-            shape = t.shape
-            if shape is None:
-                dims = None
-            else:
-                dims = tuple(shape)
-                dims = seen.setdefault(dims, dims)
+            dtype = dtypes[t.dtype]
+            dims = t.shape
+            if dims is not None:
+                dims = seen.setdefault(dims, dims)  # one tuple per distinct shape
             if t.quant is None and t.data is None:  # most tensors
                 values[name] = make(name, dtype, dims)
                 continue
+            shape = None if dims is None else list(dims)
             quant = None if t.quant is None else self.quant(name, t.quant, dtype, shape)
             t.quant = None  # (the Quant has the numbers: let the parsed lists go)
             data = None if t.data is None else self.data(name, t.data, dtype, shape)
@@ -267,28 +271,32 @@ class _Loader:
                 return None
             values[name] = make(name, dtype, dims, quant, data)
         get = values.get
+        types: dict[str, str] = {}
         for n in doc.nodes:
             name, op_type, ins, outs, attrs_ = n.name, n.op, n.inputs, n.outputs, n.attrs
             if not name or name in ops or "." not in op_type:
                 return None
-            if "" in ins:  # absent optional inputs
-                operands = [None if x == "" else get(x, _MISSING) for x in ins]
-            else:
-                operands = list(map(get, ins))
-                if None in operands:
-                    return None
-            results = list(map(get, outs))
-            if None in results or _MISSING in operands:
-                return None
-            for r in results:
-                if r.producer is not None:
-                    return None
             if len(outs) > 1 and len(set(outs)) != len(outs):
                 return None
+            # the decoded name lists become the op's value lists (in place: no second list per node)
+            if "" in ins:  # absent optional inputs
+                ins[:] = [None if x == "" else get(x, _MISSING) for x in ins]
+                if _MISSING in ins:
+                    return None
+            else:
+                ins[:] = map(get, ins)
+                if None in ins:
+                    return None
+            outs[:] = map(get, outs)
+            if None in outs:
+                return None
+            for r in outs:
+                if r.producer is not None:
+                    return None
             for v in attrs_.values():
                 if type(v) not in plain and not _plain_list(v):
                     return None
-            _wire(make_op(name, op_type, attrs_, operands, results), ops)
+            _wire(make_op(name, types.setdefault(op_type, op_type), attrs_, ins, outs), ops)
         ins = self.io_list(values, doc.inputs, "input")
         outs = self.io_list(values, doc.outputs, "output")
         if self.errors or any(v.producer is not None for v in ins):

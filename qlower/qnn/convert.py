@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from operator import attrgetter
 from pathlib import PurePath
 from typing import Any
 
@@ -144,6 +145,9 @@ def to_table(graph: Graph, registry: QnnOps | OpDefRegistry | None = None) -> Qn
         registry = QnnOps.build(registry)
     with _no_gc():
         return _convert(graph, registry)
+
+
+_NAME = attrgetter("name")
 
 
 def _attrs_key(attrs: dict[str, Any]) -> tuple | None:
@@ -320,10 +324,12 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
                                                              table.op_outputs, table.op_sources)
     get = seen.get
+    name_of = _NAME
     for op in graph.topo_order():
-        qtype = qtypes.get(op.type)
+        op_type = op.type
+        qtype = qtypes.get(op_type)
         if qtype is None:
-            qtype = qtypes[op.type] = op.type[4:]
+            qtype = qtypes[op_type] = op_type[4:]
             entry = registry.get(qtype) if registry is not None else None
             packages[qtype] = (entry.package if entry is not None else None) or PACKAGE
         operands = op.operands
@@ -335,14 +341,15 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
                 raise QlowerError(error("an absent optional input is followed by a present one, which QNN "
                                         "cannot express", subject=f"node {op.name} ({op.type})",
                                         code="absent-input"))
-        inputs = [o.name for o in operands]
+        inputs = list(map(name_of, operands))
         in_kinds = tuple(map(get, inputs))
         if None in in_kinds:  # first seen here (constants, unproduced values)
             in_kinds = tuple([k if k is not None else value_kind(n, o) for k, n, o in zip(in_kinds, inputs, operands)])
-        outputs = [o.name for o in op.results]
+        results = op.results
+        outputs = list(map(name_of, results))
         out_kinds = tuple(map(get, outputs))
         if None in out_kinds:  # (results are usually first seen here)
-            out_kinds = tuple([k if k is not None else value_kind(n, o) for k, n, o in zip(out_kinds, outputs, op.results)])
+            out_kinds = tuple([k if k is not None else value_kind(n, o) for k, n, o in zip(out_kinds, outputs, results)])
         prov = op.provenance
         if prov is None:
             where = None
