@@ -62,7 +62,6 @@ if _msgspec is not None:
     # dtype names as one shared object each (a million tensors name a handful of dtypes); a name
     # that is not one makes the typed decode fail, and the general path report it
     _DTypeName = enum.Enum("_DTypeName", {n: n for n in sorted(DTYPE_NAMES)})  # type: ignore[misc]
-    _TYPED_DTYPES = {m: np.dtype(m.value) for m in _DTypeName}
 
     class _TensorEntry(_msgspec.Struct, forbid_unknown_fields=True, gc=False):
         """A `tensors` entry as the typed path decodes it (what the general path checks key by key)."""
@@ -250,12 +249,12 @@ class _Loader:
             return None
         g = Graph(doc.name)
         values, ops = g._values, g._ops  # noqa: SLF001 (a new graph, built here: see `tensors`)
-        dtypes, make, make_op, plain = _TYPED_DTYPES, Value, Op, _PLAIN
+        dtypes, make, make_op, plain = _DTYPES, Value, Op, _PLAIN
         seen: dict[tuple, tuple] = {}
         for name, t in doc.tensors.items():
             if not name:
                 return None
-            dtype = dtypes[t.dtype]
+            dtype = dtypes[t.dtype._value_]  # (by the member's string: Enum hashes members in Python)
             dims = t.shape
             if dims is not None:
                 dims = seen.setdefault(dims, dims)  # one tuple per distinct shape

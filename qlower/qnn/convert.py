@@ -147,7 +147,8 @@ def to_table(graph: Graph, registry: QnnOps | OpDefRegistry | None = None) -> Qn
         return _convert(graph, registry)
 
 
-_NAME = attrgetter("name")
+_NAME, _TYPE, _OPERANDS, _RESULTS, _PROVENANCE, _ATTRS = (
+    attrgetter(a) for a in ("name", "type", "operands", "results", "provenance", "attrs"))
 
 
 def _attrs_key(attrs: dict[str, Any]) -> tuple | None:
@@ -175,10 +176,13 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     table = QnnTable(graph.name)
     intern = Interner(table)
     names, kind_of, data_of = table.tensor_names, table.tensor_kind, table.tensor_data
-    seen: dict[str, int] = {}  # tensor name -> its kind
+    # tensor name -> its kind (None: not added yet); made at full size at once, so adding the graph's
+    # tensors never regrows it
+    seen: dict[str, int | None] = dict.fromkeys(graph._values)  # noqa: SLF001
     # Per-call memos: most tensors share a handful of (dtype, shape) kinds and Quant objects, and
     # most ops a handful of (type, attributes, provenance, tensor kinds) kinds.
-    plain: dict[tuple, int] = {}
+    plain: dict[tuple[int, int], int] = {}
+    keep: list[tuple] = []
     datatypes: dict[tuple[np.dtype, bool], DataType] = {}
     encodings: dict[tuple[int, np.dtype], tuple[Quant, QuantEncoding]] = {}
     layouts: dict[tuple[str, tuple[str, ...]], list[tuple[str, Any, bool | None, DataType | None]]] = {}
@@ -186,22 +190,22 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     packages: dict[str, str] = {}  # QNN type -> its op package
     qtypes: dict[str, str] = {}
     scalars: dict[tuple, ScalarParam] = {}  # ScalarParam is immutable: ops with equal params share one
-    op_ids: dict[tuple, int] = {}  # (type, attributes, provenance, input and output kinds) -> op kind
     STATIC, NATIVE = TensorType.STATIC, TensorType.NATIVE
 
     def tensor_of(v: Value) -> int:
         """Add `v` (not added yet) as the next tensor; its kind."""
         name = v.name
         if v.quant is None and v.data is None and not v.is_input and not v.is_output:  # most tensors
-            pkey = (v.dtype, v.shape)
+            pkey = (id(v.dtype), id(v.shape))  # (the graph shares dtype and shape objects: cheap to hash)
             k = plain.get(pkey)
             if k is None:
                 dt = datatypes.get((v.dtype, False))
                 if dt is None:
                     dt = datatypes[(v.dtype, False)] = _datatype(v)
                 dims = v.shape if v.shape else (1,)
-                k = plain[pkey] = intern.tensor_kind((NATIVE, dt, dims, None, False),
-                                                     lambda: TensorKind(NATIVE, dt, dims))
+                k = intern.tensor_kind((NATIVE, dt, dims, None, False), lambda: TensorKind(NATIVE, dt, dims))
+                plain[pkey] = k
+                keep.append((v.dtype, v.shape))  # (the ids in `plain` stay those objects')
             seen[name] = k
             names.append(name)
             kind_of.append(k)
@@ -318,64 +322,66 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
         return k if k is not None else tensor_of(v)
 
     for v in graph.inputs:
-        if v.name not in seen:
+        if seen.get(v.name) is None:
             tensor_of(v)
     locations: dict[str, str] = {}
     op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
                                                              table.op_outputs, table.op_sources)
     get = seen.get
     name_of = _NAME
-    for op in graph.topo_order():
-        op_type = op.type
-        qtype = qtypes.get(op_type)
-        if qtype is None:
-            qtype = qtypes[op_type] = op_type[4:]
-            entry = registry.get(qtype) if registry is not None else None
-            packages[qtype] = (entry.package if entry is not None else None) or PACKAGE
-        operands = op.operands
+    order = graph.topo_order()
+    kinds_of_ops: dict[tuple, int] = {}  # (op type, attributes, rule, input and output kinds) -> op kind
+    for op, op_name, op_type, operands, results, prov, op_attrs in zip(
+            order, map(_NAME, order), map(_TYPE, order), map(_OPERANDS, order), map(_RESULTS, order),
+            map(_PROVENANCE, order), map(_ATTRS, order)):
         if None in operands:
             operands = list(operands)
             while operands and operands[-1] is None:
                 operands.pop()
             if None in operands:
                 raise QlowerError(error("an absent optional input is followed by a present one, which QNN "
-                                        "cannot express", subject=f"node {op.name} ({op.type})",
+                                        "cannot express", subject=f"node {op_name} ({op_type})",
                                         code="absent-input"))
         inputs = list(map(name_of, operands))
         in_kinds = tuple(map(get, inputs))
         if None in in_kinds:  # first seen here (constants, unproduced values)
             in_kinds = tuple([k if k is not None else value_kind(n, o) for k, n, o in zip(in_kinds, inputs, operands)])
-        results = op.results
-        outputs = list(map(name_of, results))
-        out_kinds = tuple(map(get, outputs))
-        if None in out_kinds:  # (results are usually first seen here)
-            out_kinds = tuple([k if k is not None else value_kind(n, o) for k, n, o in zip(out_kinds, outputs, results)])
-        prov = op.provenance
+        if len(results) == 1:  # (most ops; their result is usually first seen here)
+            r = results[0]
+            n = r.name
+            outputs = [n]
+            k = get(n)
+            out_kinds = (k if k is not None else tensor_of(r),)
+        else:
+            outputs = list(map(name_of, results))
+            out_kinds = tuple([k if k is not None else value_kind(n, o)
+                               for k, n, o in zip(map(get, outputs), outputs, results)])
         if prov is None:
             where = None
-            sources: tuple[str, ...] = (op.name,)
+            sources: tuple[str, ...] = (op_name,)
         else:
             where = prov.location  # (one rule per location: it stands for the rule too)
             sources = prov.sources if type(prov.sources) is tuple else tuple(prov.sources)
-        op_attrs = op.attrs
         akey = _attrs_key(op_attrs) if op_attrs else ()
-        if akey is None:  # params of its own
+        key = (op_type, akey, where, in_kinds, out_kinds) if akey is not None else None
+        k = kinds_of_ops.get(key) if key is not None else None
+        if k is None:
+            qtype = qtypes.get(op_type)
+            if qtype is None:
+                qtype = qtypes[op_type] = op_type[4:]
+                entry = registry.get(qtype) if registry is not None else None
+                packages[qtype] = (entry.package if entry is not None else None) or PACKAGE
             k = new_kind(op, qtype, len(op_names), in_kinds, out_kinds)
-        else:
-            key = (qtype, akey, where, in_kinds, out_kinds)
-            k = op_ids.get(key)
-            if k is None:
-                k = new_kind(op, qtype, len(op_names), in_kinds, out_kinds)
-                if len(op_names) not in table.op_params:  # (an op with tensor params has tensors of its own)
-                    op_ids[key] = k
-        op_names.append(op.name)
+            if key is not None and len(op_names) not in table.op_params:  # (tensor params: the op's own)
+                kinds_of_ops[key] = k
+        op_names.append(op_name)
         op_kind.append(k)
         op_inputs.append(inputs)
         op_outputs.append(outputs)
         op_sources.append(sources)
     table.inputs = [v.name for v in graph.inputs]
     for v in graph.outputs:
-        if v.name not in seen:
+        if seen.get(v.name) is None:
             tensor_of(v)
         table.outputs.append(v.name)
     return table
