@@ -30,6 +30,7 @@ from qlower.qnn.table import UNKNOWN, QnnTable, TensorKind, table_of
 _NON_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_]")
 _MEMBER_MODE = 0o644
 _BLOCK = tarfile.BLOCKSIZE
+_GATHER = 1 << 20  # bytes of small members written at once
 _RECORD = tarfile.RECORDSIZE
 _NO_STORAGE = (DataType.STRING, DataType.UNDEFINED)
 # Storage dtype of each storable datatype (to_numpy, looked up once).
@@ -453,13 +454,19 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, layout: Layout | None =
     """
     layout = layout or plan(graph)
     cname = layout.cnames.get
-    members = sorted((cname(n, n) + ".raw", i) for i, n in enumerate(layout.statics.names()))
+    statics = layout.statics
+    members = sorted((cname(n, n) + ".raw", i) for i, n in enumerate(statics.names()))
     header = _Headers()
     out = fileobj.write
     offset = 0
+    # small members gather here and go out together: a tar of 250k small weights is 750k pieces
+    pending = bytearray()
     for member, i in members:
-        t = layout.statics[i]
+        t = statics[i]
         if isinstance(t.data, LazyArray):  # by reference: read, convert and write a slice at a time
+            if pending:
+                out(pending)
+                pending = bytearray()
             lazy = storage(t)
             size = lazy.nbytes
             head = header(member, size)
@@ -470,19 +477,31 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, layout: Layout | None =
                 if progress is not None:
                     progress(part.nbytes)
                 del part
+            pad = -size % _BLOCK
+            if pad:
+                out(bytes(pad))
         else:
             data = raw_array(t)
             size = data.nbytes
             head = header(member, size)
-            out(head)
-            if size:
+            pending += head
+            if size >= _GATHER:
+                out(pending)
+                pending = bytearray()
                 out(data.reshape(-1).view(np.uint8))
-                if progress is not None:
-                    progress(size)
+            elif size:
+                pending += data.reshape(-1).view(np.uint8).data
+            if size and progress is not None:
+                progress(size)
             del data
-        pad = -size % _BLOCK
-        if pad:
-            out(bytes(pad))
+            pad = -size % _BLOCK
+            if pad:
+                pending += bytes(pad)
+            if len(pending) >= _GATHER:
+                out(pending)
+                pending = bytearray()
         offset += len(head) + size + pad
+    if pending:
+        out(pending)
     offset += 2 * _BLOCK
     out(bytes(2 * _BLOCK + (-offset % _RECORD)))
