@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import io
 import itertools
-from itertools import chain
+from collections import deque
+from itertools import chain, repeat
 import math
 import re
 from collections.abc import Callable
@@ -222,7 +223,7 @@ _UNQUANTIZED = _quant(QnnTensor("", TensorType.NATIVE, DataType.FLOAT_32, ()), "
 _NO_BUF = "{.clientBuf= { .data=nullptr, .dataSize=0}}"
 _ARG_PAD = " " * 25
 _COMMA = ",\n"
-_FLUSH_PARTS = 1024  # functions buffered before a write
+_CHUNK = 1024  # functions buffered before a write
 
 
 _SLOT = "\x00"  # names in a node template's text are \x00<k>\x00 while it is being made
@@ -510,33 +511,34 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
     # graph inputs first, then each op's inputs before the op, then the rest.
     produced = set(chain.from_iterable(table.op_outputs))  # (the op outputs, flattened in C)
     names = table.tensor_names
-    unproduced = {n: i for i, n in enumerate(names) if n not in produced}
+    unproduced = dict(zip(names, range(len(names))))  # tensor name -> index, for those no op outputs
+    deque(map(unproduced.pop, produced, repeat(None)), maxlen=0)  # (removed in C)
     fn = _Functions(layout, table, templates)
-    added: set[str] = set()
-    tensor_fn, node_fn, flush_at = fn.tensor_at, fn.node_at, _FLUSH_PARTS
-    for n in table.inputs:
-        if n in unproduced and n not in added:
-            added.add(n)
-            add(tensor_fn(unproduced[n]))
-    pending = unproduced.keys() - added  # tensors whose functions come before their first user
+    tensor_fn, node_fn = fn.tensor_at, fn.node_at
+    # the tensors whose functions come first (graph inputs), and those that come before an op (by op index)
+    first = [n for n in dict.fromkeys(table.inputs) if n in unproduced]
+    before: dict[int, list[str]] = {}
+    for n in first:
+        add(tensor_fn(unproduced[n]))
+    out.flush()
+    pending = unproduced.keys() - set(first)
     joins = fn.node_joins_of() if fn.plain else [None] * len(table.op_kinds)
     op_names, op_kind, op_inputs, op_outputs = table.op_names, table.op_kind, table.op_inputs, table.op_outputs
-    for i, (name, k, ins, outs) in enumerate(zip(op_names, op_kind, op_inputs, op_outputs)):
-        if pending and not pending.isdisjoint(ins):
-            for n in ins:
-                if n in pending:
-                    pending.discard(n)
-                    added.add(n)
+    for a in range(0, len(op_names), _CHUNK):
+        b = min(a + _CHUNK, len(op_names))
+        for i, name, k, ins, outs in zip(range(a, b), op_names[a:b], op_kind[a:b], op_inputs[a:b], op_outputs[a:b]):
+            if pending and not pending.isdisjoint(ins):
+                new = [n for n in dict.fromkeys(ins) if n in pending]
+                pending.difference_update(new)
+                before[i] = new
+                for n in new:
                     add(tensor_fn(unproduced[n]))
-        join = joins[k]
-        add(join(name, ins, outs, None) if join is not None else node_fn(i))
-        if len(parts) >= flush_at:
-            out.flush()
-    if len(added) < len(unproduced):  # (op outputs are graph tensors) some are left
-        for n, j in unproduced.items():
-            if n not in added:
-                added.add(n)
-                add(tensor_fn(j))
+            join = joins[k]
+            add(join(name, ins, outs, None) if join is not None else node_fn(i))
+        out.flush()
+    last = [n for n in unproduced if n in pending]  # (op outputs are graph tensors) those left
+    for n in last:
+        add(tensor_fn(unproduced[n]))
     gname = cstr(table.name)
     add("\n".join(["QNN_API", "ModelError_t QnnModel_composeGraphs("
                    + (",\n" + " " * 36).join(_COMPOSE_ARGS) + ") {", "",
@@ -546,26 +548,29 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
                    "graphConfigs), err);",
                    f"  VALIDATE({var}.initialize(backendHandle, interface, contextHandle, {gname}, debug, "
                    "DO_GRAPH_NODE_VALIDATIONS, graphConfigs), err);", ""]))
-    # The calls, in the order the functions were written: `added` holds the tensors
-    # given functions; each is called (and dropped) where it was first needed.
+    # The calls, in the order the functions were written.
     cname, node_cname = layout.cnames.get, layout.node_cnames.get
-    for n in table.inputs:
-        if n in added:
-            added.remove(n)
-            add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
-    for name, ins in zip(table.op_names, table.op_inputs):
-        for n in ins:
-            if n in added:
-                added.remove(n)
-                add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
-        add(f"  VALIDATE(addNode_{node_cname(name, name)}({var}), err);\n")
-        if len(parts) >= 16 * flush_at:
-            out.flush()
-    if added:  # tensors that only the last walk above found
-        for n in unproduced:
-            if n in added:
-                added.remove(n)
-                add(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n")
+
+    def calls(tensors: list[str]) -> str:
+        return "".join(f"  VALIDATE(addTensor_{cname(n, n)}({var}), err);\n" for n in tensors)
+
+    add(calls(first))
+    if layout.cnames:
+        pre = {i: calls(ns) for i, ns in before.items()}
+    else:  # (most ops that need a tensor function need one)
+        pre = {i: f"  VALIDATE(addTensor_{ns[0]}({var}), err);\n" if len(ns) == 1 else calls(ns)
+               for i, ns in before.items()}
+    get = pre.get
+    node_names = op_names if not layout.node_cnames else [node_cname(n, n) for n in op_names]
+    for a in range(0, len(op_names), 16 * _CHUNK):
+        b = min(a + 16 * _CHUNK, len(op_names))
+        if pre:
+            add("".join([f"{get(i, '')}  VALIDATE(addNode_{n}({var}), err);\n"
+                         for i, n in zip(range(a, b), node_names[a:b])]))
+        else:
+            add("".join([f"  VALIDATE(addNode_{n}({var}), err);\n" for n in node_names[a:b]]))
+        out.flush()
+    add(calls(last))
     add("\n".join(["", "  // Add all models to array to get graphsInfo", f"  QnnModel* models [] = {{&{var}}};",
                    "  uint32_t numModels = 1;", "",
                    "  // Populate the constructed graphs in provided output variables",
