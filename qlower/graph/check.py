@@ -53,9 +53,8 @@ def check_graph(graph: Graph, *, decls: Mapping[str, OpDeclLike] | None = None,
 
 def _all_well(graph: Graph, decls: Mapping[str, OpDeclLike] | None, need_shapes: bool) -> bool:
     """True when `_check_values` and `_check_ops` would find nothing; False when they might (they
-    then run and say what). One pass with name lookups, no per-call tables: a well-formed
+    then run and say what). One pass with attribute reads, no per-call tables: a well-formed
     million-op graph, the case that matters for speed, is proved in about a second."""
-    values, ops = graph._values.get, graph._ops.get  # noqa: SLF001 (membership by name, checked by identity)
     fine: set[tuple[str, int, int]] = set()  # (type, #operands, #results) whose arity is right, none absent
     dialects = {t.split(".", 1)[0] for t in decls} if decls is not None else set()
     judge = decls is not None
@@ -66,13 +65,13 @@ def _all_well(graph: Graph, decls: Mapping[str, OpDeclLike] | None, need_shapes:
             if v is None:
                 absent = True
                 continue
-            if values(v.name) is not v:
+            if v.owner is not graph:  # (membership: the graph keeps `owner` in step with its tables)
                 return False
             p = v.producer
             if p is None:
                 if not v.is_input and v.data is None:
                     return False
-            elif ops(p.name) is not p:
+            elif p.owner is not graph:
                 return False
         results = op.results
         for r in results:  # some result is used or is an output

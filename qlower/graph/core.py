@@ -37,6 +37,9 @@ class Value:
     users: list[tuple[Op, int]] = attrs.Factory(list)
     is_input: bool = False
     is_output: bool = False
+    # the graph that holds it (None once removed): membership in one attribute read, which is
+    # what `qlower.graph.check` asks of every operand of a million-op graph
+    owner: Graph | None = None
 
     @property
     def use_count(self) -> int:
@@ -75,6 +78,7 @@ class Op:
     results: list[Value]
     provenance: Provenance | None = None
     dead: bool = False
+    owner: Graph | None = None  # the graph that holds it (None once removed), as for `Value`
 
     @property
     def dialect(self) -> str:
@@ -192,7 +196,7 @@ class Graph:
             raise GraphError(f"duplicate value name {name}")
         if shape is not None:
             shape = tuple(map(int, shape))
-        v = Value(name, dtype if isinstance(dtype, np.dtype) else np.dtype(dtype), shape, quant, data)
+        v = Value(name, dtype if isinstance(dtype, np.dtype) else np.dtype(dtype), shape, quant, data, owner=self)
         self._values[name] = v
         if self._nx is not None:
             self._nx.add_node(v)
@@ -202,7 +206,7 @@ class Graph:
                attrs: dict[str, Any] | None = None, provenance: Provenance | None = None) -> Op:
         if name in self._ops:
             raise GraphError(f"duplicate op name {name}")
-        op = Op(name, type, dict(attrs or {}), list(operands), list(results), provenance)
+        op = Op(name, type, dict(attrs or {}), list(operands), list(results), provenance, owner=self)
         for r in op.results:
             if r.producer is not None:
                 raise GraphError(f"value {r.name} already has producer {r.producer.name}")
@@ -336,6 +340,7 @@ class Graph:
             self._nx.remove_node(op)
         del self._ops[op.name]
         op.dead = True
+        op.owner = None
 
     def remove_value(self, v: Value) -> None:
         if v.users or v.producer is not None:
@@ -343,6 +348,7 @@ class Graph:
         if self._nx is not None:
             self._nx.remove_node(v)
         del self._values[v.name]
+        v.owner = None
 
     def rename_value(self, v: Value, name: str) -> None:
         if name in self._values:

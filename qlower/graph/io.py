@@ -259,7 +259,7 @@ class _Loader:
             if dims is not None:
                 dims = seen.setdefault(dims, dims)  # one tuple per distinct shape
             if t.quant is None and t.data is None:  # most tensors
-                values[name] = make(name, dtype, dims)
+                values[name] = make(name, dtype, dims, owner=g)
                 continue
             shape = None if dims is None else list(dims)
             quant = None if t.quant is None else self.quant(name, t.quant, dtype, shape)
@@ -268,7 +268,7 @@ class _Loader:
             t.data = None
             if self.errors:
                 return None
-            values[name] = make(name, dtype, dims, quant, data)
+            values[name] = make(name, dtype, dims, quant, data, owner=g)
         get = values.get
         types: dict[str, str] = {}
         for n in doc.nodes:
@@ -295,7 +295,7 @@ class _Loader:
             for v in attrs_.values():
                 if type(v) not in plain and not _plain_list(v):
                     return None
-            _wire(make_op(name, types.setdefault(op_type, op_type), attrs_, ins, outs), ops)
+            _wire(make_op(name, types.setdefault(op_type, op_type), attrs_, ins, outs, owner=g), ops)
         ins = self.io_list(values, doc.inputs, "input")
         outs = self.io_list(values, doc.outputs, "output")
         if self.errors or any(v.producer is not None for v in ins):
@@ -328,7 +328,7 @@ class _Loader:
         seen: dict[tuple, tuple] = {}
         for name, t in tensors.items():
             if type(t) is not dict or not name or not keys.issuperset(t) or "dtype" not in t:
-                values[name] = make(name, f32, None)
+                values[name] = make(name, f32, None, owner=g)
                 self.bad_tensor(name, t)
                 continue
             dt = t["dtype"]
@@ -344,7 +344,7 @@ class _Loader:
                 shape = None
             if len(t) == 2 and shape is not None:  # dtype and shape only: most tensors of a big graph
                 dims = tuple(shape)
-                values[name] = make(name, dtype, seen.setdefault(dims, dims))
+                values[name] = make(name, dtype, seen.setdefault(dims, dims), owner=g)
                 continue
             q = t.get("quant")
             quant = None if q is None else self.quant(name, q, dtype, shape)
@@ -353,7 +353,8 @@ class _Loader:
             d = t.get("data")
             data = None if d is None else self.data(name, d, dtype, shape)
             dims = None if shape is None else tuple(shape)
-            values[name] = make(name, dtype, None if dims is None else seen.setdefault(dims, dims), quant, data)
+            values[name] = make(name, dtype, None if dims is None else seen.setdefault(dims, dims), quant, data,
+                                owner=g)
         return values
 
     def bad_tensor(self, name: str, t: Any) -> None:
@@ -605,7 +606,7 @@ class _Loader:
                                  "bad-attr", f"node {name}")
             else:
                 attrs_ = {}  # each op its own (rewrites may set attributes)
-            _wire(make(name, op, attrs_, operands, results), ops)
+            _wire(make(name, op, attrs_, operands, results, owner=g), ops)
 
     def bad_node(self, i: int, n: Any, values: dict[str, Value], g: Graph) -> None:
         """Explain why node #i was rejected (slow path, runs only for broken nodes)."""

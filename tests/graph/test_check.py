@@ -205,3 +205,24 @@ def test_one_pass_proof_agrees_with_the_full_checks():
         assert check_graph(g, decls=decls, need_shapes=need, cycles=False) == found
 
     law()
+
+
+def test_membership_follows_the_graph_through_its_edits():
+    """`owner` (what the fast check reads) is the graph exactly while the graph's tables hold the value or op."""
+    g = chain()
+    t, lin = g.value("t"), g.op("lin")
+    assert all(v.owner is g for v in g.values) and all(op.owner is g for op in g.ops)
+    copy = g.copy()
+    assert all(v.owner is copy for v in copy.values) and all(op.owner is copy for op in copy.ops)
+    g.detach_op(lin)  # its result y stays, unproduced; t keeps no user
+    assert lin.owner is None and g.value("y").producer is None
+    g.remove_value(g.value("y"))
+    g.set_io(g.inputs, [t])
+    assert check_graph(g, decls=DECLS) == []
+    removed = g.add_value("gone", "float32", (1, 4))
+    g.remove_value(removed)
+    g.op("add").operands[1] = removed  # a value no longer in the graph, still referenced
+    assert ("foreign-value", "node add") in codes(check_graph(g, decls=DECLS))
+    g2 = chain()
+    g2.value("t").producer = lin  # an op detached from another graph
+    assert ("dangling-value", "tensor t") in codes(check_graph(g2, decls=DECLS))
