@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import chain
 from operator import attrgetter
 from pathlib import PurePath
 from typing import Any
@@ -175,14 +176,10 @@ def params_key(params: list[Param]) -> list[tuple]:
 def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     table = QnnTable(graph.name)
     intern = Interner(table)
-    names, kind_of, data_of = table.tensor_names, table.tensor_kind, table.tensor_data
-    # tensor name -> its kind (None: not added yet); made at full size at once, so adding the graph's
-    # tensors never regrows it
-    seen: dict[str, int | None] = dict.fromkeys(graph._values)  # noqa: SLF001
     # Per-call memos: most tensors share a handful of (dtype, shape) kinds and Quant objects, and
     # most ops a handful of (type, attributes, provenance, tensor kinds) kinds.
-    plain: dict[tuple[int, int], int] = {}
-    keep: list[tuple] = []
+    plain: dict[tuple[int, int], int] = {}  # (id(dtype), id(shape)) of a plain activation -> its kind
+    keep: list[tuple] = []  # (the objects whose ids key `plain`, alive as long as it is)
     datatypes: dict[tuple[np.dtype, bool], DataType] = {}
     encodings: dict[tuple[int, np.dtype], tuple[Quant, QuantEncoding]] = {}
     layouts: dict[tuple[str, tuple[str, ...]], list[tuple[str, Any, bool | None, DataType | None]]] = {}
@@ -192,9 +189,8 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     scalars: dict[tuple, ScalarParam] = {}  # ScalarParam is immutable: ops with equal params share one
     STATIC, NATIVE = TensorType.STATIC, TensorType.NATIVE
 
-    def tensor_of(v: Value) -> int:
-        """Add `v` (not added yet) as the next tensor; its kind."""
-        name = v.name
+    def kind_of(v: Value) -> int:
+        """The kind of the tensor `v` becomes."""
         if v.quant is None and v.data is None and not v.is_input and not v.is_output:  # most tensors
             pkey = (id(v.dtype), id(v.shape))  # (the graph shares dtype and shape objects: cheap to hash)
             k = plain.get(pkey)
@@ -205,10 +201,7 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
                 dims = v.shape if v.shape else (1,)
                 k = intern.tensor_kind((NATIVE, dt, dims, None, False), lambda: TensorKind(NATIVE, dt, dims))
                 plain[pkey] = k
-                keep.append((v.dtype, v.shape))  # (the ids in `plain` stay those objects')
-            seen[name] = k
-            names.append(name)
-            kind_of.append(k)
+                keep.append((v.dtype, v.shape))
             return k
         if v.is_input:
             ttype = TensorType.APP_WRITE
@@ -231,17 +224,8 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
         dt = datatypes.get(dkey)
         if dt is None:
             dt = datatypes[dkey] = _datatype(v)
-        if ttype is STATIC:
-            data = v.data if isinstance(v.data, LazyArray) else np.asarray(v.data)  # by reference: read when written
-            if data.ndim == 0:
-                data = data.reshape(1)
-            data_of[len(names)] = data
-        k = intern.tensor_kind((ttype, dt, dims, None if enc is None else id(enc), ttype is STATIC),
-                               lambda: TensorKind(ttype, dt, dims, enc, ttype is STATIC))
-        seen[name] = k
-        names.append(name)
-        kind_of.append(k)
-        return k
+        return intern.tensor_kind((ttype, dt, dims, None if enc is None else id(enc), ttype is STATIC),
+                                  lambda: TensorKind(ttype, dt, dims, enc, ttype is STATIC))
 
     def layout(qtype: str, names: tuple[str, ...]) -> list[tuple[str, Any, bool | None, DataType | None]]:
         """The params of an op in emission order (the op definition's, then by name), each with its
@@ -317,45 +301,49 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
         return intern.op_kind(okey, lambda: OpKind(qtype, packages[qtype], tuple(params), in_kinds, out_kinds,
                                                    text, rule, loc))
 
-    def value_kind(name: str, v: Value) -> int:
-        k = seen.get(name)
-        return k if k is not None else tensor_of(v)
-
-    for v in graph.inputs:
-        if seen.get(v.name) is None:
-            tensor_of(v)
     locations: dict[str, str] = {}
+    order = graph.topo_order()
+    # Each op's operands (absent optional ones at the end dropped: QNN lists only what is there) and results.
+    operand_lists = list(map(_OPERANDS, order))
+    result_lists = list(map(_RESULTS, order))
+    if None in chain.from_iterable(operand_lists):
+        for j, (op, operands) in enumerate(zip(order, operand_lists)):
+            if None in operands:
+                operands = list(operands)
+                while operands and operands[-1] is None:
+                    operands.pop()
+                if None in operands:
+                    raise QlowerError(error("an absent optional input is followed by a present one, which QNN "
+                                            "cannot express", subject=f"node {op.name} ({op.type})",
+                                            code="absent-input"))
+                operand_lists[j] = operands
+    # The tensors, in the order they are first needed: graph inputs, then each op's operands and results
+    # in execution order, then graph outputs not met before (found, and deduplicated, in C).
+    tensors = list(dict.fromkeys(chain(graph.inputs, chain.from_iterable(chain.from_iterable(
+        zip(operand_lists, result_lists))), graph.outputs)))
+    pget = plain.get  # (plain activations, the most, first: their kind by two ids, looked up in line)
+    kinds = [pget((id(v.dtype), id(v.shape)), -1) if v.quant is None and v.data is None and not v.is_input
+             and not v.is_output else -1 for v in tensors]
+    if -1 in kinds:
+        kinds = [k if k >= 0 else kind_of(v) for k, v in zip(kinds, tensors)]
+    table.tensor_names = list(map(_NAME, tensors))
+    table.tensor_kind = kinds
+    data_of = table.tensor_data
+    for i in [i for i, v in enumerate(tensors) if v.data is not None]:
+        v = tensors[i]
+        if table.tensor_kinds[kinds[i]].type is STATIC:
+            data = v.data if isinstance(v.data, LazyArray) else np.asarray(v.data)  # by reference: read when written
+            data_of[i] = data if data.ndim else data.reshape(1)
+    kind_of_value = dict(zip(tensors, kinds)).__getitem__
     op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
                                                              table.op_outputs, table.op_sources)
-    get = seen.get
     name_of = _NAME
-    order = graph.topo_order()
     kinds_of_ops: dict[tuple, int] = {}  # (op type, attributes, rule, input and output kinds) -> op kind
     for op, op_name, op_type, operands, results, prov, op_attrs in zip(
-            order, map(_NAME, order), map(_TYPE, order), map(_OPERANDS, order), map(_RESULTS, order),
+            order, map(_NAME, order), map(_TYPE, order), operand_lists, result_lists,
             map(_PROVENANCE, order), map(_ATTRS, order)):
-        if None in operands:
-            operands = list(operands)
-            while operands and operands[-1] is None:
-                operands.pop()
-            if None in operands:
-                raise QlowerError(error("an absent optional input is followed by a present one, which QNN "
-                                        "cannot express", subject=f"node {op_name} ({op_type})",
-                                        code="absent-input"))
-        inputs = list(map(name_of, operands))
-        in_kinds = tuple(map(get, inputs))
-        if None in in_kinds:  # first seen here (constants, unproduced values)
-            in_kinds = tuple([k if k is not None else value_kind(n, o) for k, n, o in zip(in_kinds, inputs, operands)])
-        if len(results) == 1:  # (most ops; their result is usually first seen here)
-            r = results[0]
-            n = r.name
-            outputs = [n]
-            k = get(n)
-            out_kinds = (k if k is not None else tensor_of(r),)
-        else:
-            outputs = list(map(name_of, results))
-            out_kinds = tuple([k if k is not None else value_kind(n, o)
-                               for k, n, o in zip(map(get, outputs), outputs, results)])
+        in_kinds = tuple(map(kind_of_value, operands))
+        out_kinds = tuple(map(kind_of_value, results))
         if prov is None:
             where = None
             sources: tuple[str, ...] = (op_name,)
@@ -376,12 +364,9 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
                 kinds_of_ops[key] = k
         op_names.append(op_name)
         op_kind.append(k)
-        op_inputs.append(inputs)
-        op_outputs.append(outputs)
+        op_inputs.append(list(map(name_of, operands)))
+        op_outputs.append(list(map(name_of, results)))
         op_sources.append(sources)
     table.inputs = [v.name for v in graph.inputs]
-    for v in graph.outputs:
-        if seen.get(v.name) is None:
-            tensor_of(v)
-        table.outputs.append(v.name)
+    table.outputs = [v.name for v in graph.outputs]
     return table
