@@ -43,6 +43,7 @@ class CompiledRule:
         lambda self: str(self.rule.span) if self.rule.span else "<unknown>", takes_self=True))
     program: Any = attrs.field(default=None, repr=False, eq=False)  # its EmitProgram, set by the engine
     target: str = "qnn"  # the engine's target dialect: emitted `qnn.*` ops are checked against its registry
+    straight: bool = False  # `match` is the straight-line one-op matcher (`simple_root`)
 
     @property
     def lowering(self) -> bool:
@@ -217,7 +218,8 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
     benefit = rule.benefit if rule.benefit is not None else sum(_ops_matched(m.pattern) for m in matches)
     return CompiledRule(rule.name, rule, order, benefit,
                         frozenset(rule.backends) if rule.backends is not None else None,
-                        tuple(root.pattern.op_types), rule_kind(rule, target), match, target=target)
+                        tuple(root.pattern.op_types), rule_kind(rule, target), match, target=target,
+                        straight=straight is not None)
 
 
 def _used_outside(env: Env, op: Op, r: Any, user: str, span: Span | None) -> None:

@@ -22,6 +22,7 @@ from qlower.graph.core import Graph, GraphError, Op, Provenance
 from qlower.lang import ast
 from qlower.rewrite.compile import FAIL, CompiledRule, GuardError, RuleIndex, _bound_names, compile_rule
 from qlower.rewrite.emit import EmitFailure, EmitProgram, commit
+from qlower.rewrite.memo import NO_KEY, memo_key, template_ok
 from qlower.lang.functions import FunctionTable
 from qlower.lang.builtins import builtin_functions
 from qlower.lang.backend import for_backend
@@ -149,6 +150,54 @@ def _subject(op: Op) -> str:
     return f"node {op.name} ({op.type})"
 
 
+def _provenance(p: Provenance, name: str, rule: str, location: str) -> Provenance:
+    """The provenance of an op an earlier rule made, retyped in place by `rule`: it keeps standing for
+    the input-graph nodes it came from (as `commit` records them)."""
+    sources = p.sources if p.sources else (name,)
+    if len(sources) > 1:
+        sources = tuple(dict.fromkeys(sources))
+    return Provenance(rule, location, p.source, sources)
+
+
+def _memo_rule(rule: CompiledRule, functions: FunctionTable) -> Any:
+    """`memo_key` for a lowering rule whose match is the straight-line one and whose emission is one
+    target op in place of the root (same results in order); None for any other rule."""
+    program = rule.program
+    if not rule.straight or program._simple is None or not program._results_in_order \
+            or not program._simple[0].op.startswith(program.prefix):
+        return None
+    if any(pdef is not None and not pdef.is_scalar for _, _, pdef, _ in program._simple[2]):
+        return None  # a tensor param: each op gets its own array, which a memo would share
+    return memo_key(rule.rule, functions)
+
+
+# what lowering does with the ops of one type
+_TARGET, _GENERAL, _RETYPE, _MEMO = "target", "general", "retype", "memo"
+_NO_MATCH = "no match"  # a memo entry: the best candidate does not match such ops
+
+
+class _Kind:
+    """The ops of one source type met while lowering: what to do with them, decided at the first,
+    and how many there were, how many went the general way (`slow`), and how many the best
+    candidate was memoised not to match (`tried`)."""
+
+    __slots__ = ("mode", "n", "slow", "tried", "first", "cov", "cands", "rest", "rule", "rule_name", "location",
+                 "new_type", "nops", "nres", "key", "memo")
+
+    def __init__(self) -> None:
+        self.mode = _GENERAL
+        self.n = self.slow = self.tried = 0
+        self.first: Op | None = None
+        self.cov: Coverage | None = None
+        self.cands: tuple[CompiledRule, ...] = ()
+        self.rest: tuple[CompiledRule, ...] = ()  # the candidates after the best
+        self.rule: CompiledRule | None = None
+        self.rule_name = self.location = self.new_type = ""
+        self.nops = self.nres = 0
+        self.key: Any = None
+        self.memo: dict[Any, Any] = {}
+
+
 class Engine:
     """A rule set compiled for one backend; reusable across graphs."""
 
@@ -174,10 +223,15 @@ class Engine:
             compiled.append(c)
             self.programs[c.name] = program
         self.all_rules = tuple(compiled)
-        # rules that only retype an op, applied on a short path (see `pure_retype`)
+        # short paths (fast_retypes=False: none, every op goes the general way; the laws compare the two):
+        # rules that only retype an op (see `pure_retype`), and one-op rules lowering decides once per
+        # key of what they read (see qlower.rewrite.memo)
         self.retypes: dict[str, tuple[str, int, int]] = {}
+        self.memo_keys: dict[str, Any] = {}
         if fast_retypes:
             self.retypes = {c.name: spec for c in compiled if (spec := pure_retype(c.rule)) is not None}
+            self.memo_keys = {c.name: key for c in compiled if c.kind == "lowering" and c.name not in self.retypes
+                              and (key := _memo_rule(c, self.functions)) is not None}
         self.lowering = RuleIndex.build([c for c in compiled if c.kind == "lowering"], backend)
         self.source = RuleIndex.build([c for c in compiled if c.kind == "source"], backend)
         self.cleanup = RuleIndex.build([c for c in compiled if c.kind == "cleanup"], backend)
@@ -193,26 +247,166 @@ class Engine:
         except GraphError as exc:
             out.diagnostics.append(error(str(exc), code="cycle"))
             return out
-        cov = out.coverage
-        counts = collections.Counter(op.type for op in order)
-        prefix = self._prefix
-        for op_type, n in counts.items():
-            if not op_type.startswith(prefix):
-                cov[op_type] = Coverage(count=n)
         failed: set[int] = set()
-        by_type = self.lowering.by_type
-        apply = self._apply_first
-        for op in reversed(order):
-            if op.dead or op.type.startswith(prefix):  # lowering roots at source ops only
-                continue
-            cands = by_type.get(op.type)
-            if cands:
-                apply(graph, op, cands, out, reasons, failed)
-        self._legality(graph, out, reasons, failed)
+        if self._lower(graph, order, out, reasons, failed):
+            self._legality(graph, out, reasons, failed)
         if self.cleanup.rules:
             self._fixpoint(graph, self.cleanup, "cleanup rewrites", out, reasons, budget_factor)
         out.stats = dict(out.stats)
         return out
+
+    def _lower(self, graph: Graph, order: list[Op], out: Outcome, reasons, failed) -> int:
+        """Lower every source op, consumers first; returns how many no rule lowered.
+
+        What to do with an op is decided once per op type (`_Kind`): its best candidate may
+        be a pure retype or a memoised one-op rule, applied here in place as the general
+        path would (same type, params, provenance); any op that does not plainly fit goes
+        the general way. The ops applied here are counted per type at the end (stats,
+        coverage), not one by one.
+        """
+        kinds: dict[str, _Kind] = {}
+        new_kind = self._kind
+        apply = self._apply_first
+        new = tuple.__new__
+        left = 0
+        pristine = True  # only ops retyped in place so far: edges as topo_order found them
+        for op in reversed(order):
+            t = op.type
+            k = kinds.get(t)
+            if k is None:
+                k = kinds[t] = new_kind(t, out)
+            mode = k.mode
+            if mode is _TARGET:  # lowering roots at source ops only
+                continue
+            k.n += 1
+            k.first = op
+            if op.dead:
+                k.slow += 1
+                continue
+            cands = k.cands
+            if mode is not _GENERAL:
+                ops, res = op.operands, op.results
+                # (no op reads its own result while the graph is as topo_order found it: acyclic)
+                if len(ops) == k.nops and len(res) == k.nres and None not in ops and (
+                        pristine or not any(r in ops for r in res)):
+                    if mode is _RETYPE:
+                        attrs_ = {}
+                    else:
+                        key = k.key(op)
+                        try:
+                            e = k.memo[key]
+                        except KeyError:
+                            e = k.memo[key] = self._decide(k.rule, op) if key is not NO_KEY else _GENERAL
+                        except TypeError:  # an unhashable key (a shape held as a list)
+                            e = _GENERAL
+                        attrs_ = e.copy() if e.__class__ is dict else None
+                        if e is _NO_MATCH:  # the best candidate does not match such ops: the others may
+                            k.tried += 1
+                            cands = k.rest
+                    if attrs_ is not None:
+                        name = op.name
+                        p = op.provenance
+                        op.type = k.new_type
+                        op.attrs = attrs_
+                        op.provenance = new(Provenance, (k.rule_name, k.location, name, (name,))) if p is None \
+                            else _provenance(p, name, k.rule_name, k.location)
+                        continue
+            k.slow += 1
+            self._keep_order(k)
+            done = apply(graph, op, cands, out, reasons, failed) if cands else None
+            if done is None:
+                left += 1
+            elif pristine and (len(done[1]) != 1 or done[1][0] is not op):
+                pristine = False  # the general path rewired the graph
+        self._count_kinds(kinds, order, out)
+        return left
+
+    def _kind(self, op_type: str, out: Outcome) -> _Kind:
+        k = _Kind()
+        if op_type.startswith(self._prefix):
+            k.mode = _TARGET
+            return k
+        k.cov = out.coverage[op_type] = Coverage()
+        k.cands = self.lowering.by_type.get(op_type, ())
+        k.rest = k.cands[1:]
+        if not k.cands:
+            return k
+        best = k.cands[0]
+        spec = self.retypes.get(best.name)
+        key = self.memo_keys.get(best.name)
+        if spec is not None and best.program.supported(spec[0], self.backend):
+            k.mode = _RETYPE
+            k.new_type, k.nops, k.nres = spec
+        elif key is not None and best.program.supported(best.program._simple[0].op, self.backend):
+            k.mode = _MEMO
+            k.new_type = best.program._simple[0].op
+            root = best.rule.matches[0]
+            k.nops, k.nres = len(root.pattern.operands), len(root.binders.names)
+            k.key, k.memo = key, {}
+        else:
+            return k
+        k.rule, k.rule_name, k.location = best, best.name, best.location
+        return k
+
+    def _decide(self, rule: CompiledRule, op: Op) -> Any:
+        """What the general path does with `op` for `rule`, as a memo entry: the emitted op's params
+        when it retypes `op` in place, _NO_MATCH, or _GENERAL (anything else: a fail, an error, an
+        emission other than a plain retype; the general path then does it and reports it)."""
+        try:
+            env = rule.match(op)
+        except GuardError:
+            return _GENERAL
+        if env is None:
+            return _NO_MATCH
+        if FAIL in env:
+            return _GENERAL
+        try:
+            plan = rule.program.plan(env, op, self.backend)
+        except EmitFailure:
+            return _GENERAL
+        new = plan.ops[0]
+        if not plan.retype or len(new.args) != len(op.operands) \
+                or any(a is not b for a, b in zip(new.args, op.operands)) or not template_ok(new.attrs):
+            return _GENERAL
+        return new.attrs
+
+    @staticmethod
+    def _keep_order(k: _Kind) -> None:
+        """Before the general path counts an op of this type: the keys the ops applied so far will
+        add to, in the coverage dicts, go first (as they would, counted one by one)."""
+        if k.rule is not None and k.n > k.slow and k.rule_name not in k.cov.rules:
+            k.cov.rules[k.rule_name] = 0
+            k.cov.emitted.setdefault(k.new_type, 0)
+
+    def _count_kinds(self, kinds: dict[str, _Kind], order: list[Op], out: Outcome) -> None:
+        """Stats and coverage of the ops applied in `_lower`; coverage in the order op types first occur."""
+        stats = out.stats
+        firsts = {}
+        for t, k in kinds.items():
+            if k.mode is _TARGET:
+                continue
+            firsts[k.first] = t
+            c = k.cov
+            c.count = k.n
+            applied = k.n - k.slow
+            if k.rule is None or not applied + k.tried:
+                continue
+            st = stats[k.rule_name]
+            st.tries += applied + k.tried
+            st.matches += applied
+            st.applied += applied
+            if applied:
+                c.rules[k.rule_name] = c.rules.get(k.rule_name, 0) + applied
+                c.emitted[k.new_type] = c.emitted.get(k.new_type, 0) + applied
+        if len(firsts) > 1:
+            cov, types = out.coverage, []
+            for op in order:
+                t = firsts.get(op)
+                if t is not None:
+                    types.append(t)
+                    if len(types) == len(firsts):
+                        break
+            out.coverage = {t: cov[t] for t in types}
 
     def _apply_first(self, graph: Graph, op: Op, cands, out: Outcome, reasons,
                      failed) -> tuple[str, list[Op]] | None:
