@@ -248,15 +248,18 @@ class Engine:
             out.diagnostics.append(error(str(exc), code="cycle"))
             return out
         failed: set[int] = set()
-        if self._lower(graph, order, out, reasons, failed):
+        left, rewired = self._lower(graph, order, out, reasons, failed)
+        if left:
             self._legality(graph, out, reasons, failed)
-        if self.cleanup.rules:
-            self._fixpoint(graph, self.cleanup, "cleanup rewrites", out, reasons, budget_factor)
+        if self.cleanup.rules:  # (ops only retyped in place: the graph's execution order is still `order`)
+            self._fixpoint(graph, self.cleanup, "cleanup rewrites", out, reasons, budget_factor,
+                           None if rewired else order)
         out.stats = dict(out.stats)
         return out
 
-    def _lower(self, graph: Graph, order: list[Op], out: Outcome, reasons, failed) -> int:
-        """Lower every source op, consumers first; returns how many no rule lowered.
+    def _lower(self, graph: Graph, order: list[Op], out: Outcome, reasons, failed) -> tuple[int, bool]:
+        """Lower every source op, consumers first; returns how many no rule lowered, and whether a
+        rewrite changed the graph's ops or edges (rather than only retyping ops in place).
 
         What to do with an op is decided once per op type (`_Kind`): its best candidate may
         be a pure retype or a memoised one-op rule, applied here in place as the general
@@ -319,7 +322,7 @@ class Engine:
             elif pristine and (len(done[1]) != 1 or done[1][0] is not op):
                 pristine = False  # the general path rewired the graph
         self._count_kinds(kinds, order, out)
-        return left
+        return left, not pristine
 
     def _kind(self, op_type: str, out: Outcome) -> _Kind:
         k = _Kind()
@@ -478,26 +481,57 @@ class Engine:
         return rule.name, [op]
 
     def _fixpoint(self, graph: Graph, index: RuleIndex, what: str, out: Outcome, reasons,
-                  budget_factor: int) -> None:
-        """Apply `index`'s rules wherever they match until none does (or the budget runs out)."""
-        try:
-            work = collections.deque(graph.topo_order())
-        except GraphError as exc:
-            out.diagnostics.append(error(str(exc), code="cycle"))
-            return
-        budget = budget_factor * max(len(work), 1) + 100
+                  budget_factor: int, order: list[Op] | None = None) -> None:
+        """Apply `index`'s rules wherever they match until none does (or the budget runs out).
+
+        A worklist: every op in execution order, then (first in, first out) what rewrites touched
+        and is not queued already. The first pass walks the order itself, so a pass in which no
+        rule fires builds no queue: an op of the order is queued while the walk has not reached
+        it (positions are looked up from the first rewrite on), any other while in `again`.
+        `order`: the graph's execution order when the caller knows it is still `topo_order()`'s.
+        """
+        if order is None:
+            try:
+                order = graph.topo_order()
+            except GraphError as exc:
+                out.diagnostics.append(error(str(exc), code="cycle"))
+                return
+        budget = budget_factor * max(len(order), 1) + 100
         recent: collections.deque[str] = collections.deque(maxlen=32)
         applied = 0
-        queued = {id(o) for o in work}
-        while work:
-            op = work.popleft()
-            queued.discard(id(op))
+        again: collections.deque[Op] = collections.deque()
+        queued: set[int] = set()  # ids of the ops in `again`
+        pos: dict[int, int] | None = None
+        by_type = index.by_type
+        # per op type whose every candidate has a quick check: the checks (all false: none matches)
+        quick = {t: tuple(r.quick for r in rs) for t, rs in by_type.items() if all(r.quick for r in rs)}
+        turned: dict[str, int] = {}  # ops of a type all its candidates were tried on and turned away
+        failed: set[int] = set()  # (a fail here reports only: nothing reads it)
+        i, n = 0, len(order)
+        while True:
+            if i < n:
+                op = order[i]
+                i += 1
+            elif again:
+                op = again.popleft()
+                queued.discard(id(op))
+            else:
+                break
             if op.dead:
                 continue
-            cands = index.candidates(op.type)
+            t = op.type
+            cands = by_type.get(t)
             if not cands:
                 continue
-            done = self._apply_first(graph, op, cands, out, reasons, set())
+            checks = quick.get(t)
+            if checks is not None:
+                for check in checks:
+                    if check(op):
+                        break
+                else:
+                    turned[t] = turned.get(t, 0) + 1
+                    continue
+            done = self._apply_first(graph, op, cands, out, reasons, failed)
             if done is None:
                 continue
             name, new_ops = done
@@ -511,15 +545,21 @@ class Engine:
                     f"{', '.join(names)}", code="no-fixpoint",
                     hint="two rules probably undo each other, or a rule re-matches its own output",
                     notes=[Note(f"rule {n} is here", by_name[n].rule.span) for n in names if n in by_name]))
-                return
+                break
             # revisit what the rewrite touched: the new ops and the consumers of their results
             touched = list(new_ops)
-            for n in new_ops:
-                touched.extend(u for r in n.results for u, _ in r.users)
+            for new in new_ops:
+                touched.extend(u for r in new.results for u, _ in r.users)
+            if pos is None:
+                pos = {id(o): j for j, o in enumerate(order)}
             for o in touched:
-                if not o.dead and id(o) not in queued:
-                    work.append(o)
-                    queued.add(id(o))
+                if o.dead or id(o) in queued or pos.get(id(o), -1) >= i:
+                    continue
+                again.append(o)
+                queued.add(id(o))
+        for t, count in turned.items():
+            for r in by_type[t]:
+                out.stats[r.name].tries += count
 
     def _legality(self, graph: Graph, out: Outcome, reasons, failed) -> None:
         prefix = self._prefix

@@ -1,10 +1,12 @@
 """Lowering decides what to do with the ops of one type once (`Engine._lower`): pure retypes and
 memoised one-op rules (`qlower.rewrite.memo`) are applied in place, everything else goes the general
-way, and the counts are added per type at the end. It must lower exactly as the engine did op by op
-(the loop kept here as `_reference_run`, on an engine without short paths): the same ops, types,
+way, and the counts are added per type at the end; the cleanup fixpoint turns away, by a quick look
+at their operands' producers, the ops no candidate can match (`match.producer_filter`), and queues
+nothing until a rule fires. Both must rewrite exactly as the engine did op by op (the loops kept
+here as `_reference_run`, on an engine compiled without any short path): the same ops, types,
 attributes (values and their types), operands, provenance, coverage (dict order included), rule
-statistics and diagnostics, on random graphs over the shipped mllm pack and over rules made to hit
-every memo case, and on the graphs of every shipped pack's test blocks."""
+statistics and diagnostics, on random graphs over the shipped mllm and qnn packs and over rules
+made to hit every memo case, and on the graphs of every shipped pack's test blocks."""
 
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ from hypothesis import strategies as st
 
 import qlower
 from qlower import Graph
-from qlower.diagnostics import error
+from qlower.diagnostics import Note, error
 from qlower.graph.core import GraphError
 from qlower.lang.parser import parse
+from qlower.rewrite import driver
+from qlower.rewrite.compile import compile_rule
 from qlower.rewrite.driver import Coverage, Engine, Outcome, RuleStats
 from qlower.rewrite.memo import memo_key
 
@@ -32,23 +36,71 @@ _GENERAL: dict[tuple[int, str], tuple[qlower.Rules, Engine]] = {}
 
 
 def _general(rules: qlower.Rules, backend: str) -> Engine:
-    """`rules`' engine for `backend` without short paths (made once: a pack compiles in seconds)."""
+    """`rules`' engine for `backend` with no short path at all: no retypes or memo, and every rule
+    compiled with the general matcher alone (made once per rule set: a pack compiles in seconds)."""
     got = _GENERAL.get((id(rules), backend))
     if got is None or got[0] is not rules:
         fast = rules.engine(backend)
-        got = _GENERAL[id(rules), backend] = (rules, Engine(
-            rules.ruleset.rules, rules.ruleset.ops, registry=fast.registry, backend=backend,
-            functions=rules.functions, target=rules.registry.dialect, fast_retypes=False))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(driver, "compile_rule", functools.partial(compile_rule, fast=False))
+            engine = Engine(rules.ruleset.rules, rules.ruleset.ops, registry=fast.registry, backend=backend,
+                            functions=rules.functions, target=rules.registry.dialect, fast_retypes=False)
+        assert not any(r.straight or r.quick for r in engine.all_rules)
+        got = _GENERAL[id(rules), backend] = (rules, engine)
     return got[1]
 
 
-def _reference_run(engine: Engine, graph: Graph) -> Outcome:
+def _reference_fixpoint(engine: Engine, graph: Graph, index, what: str, out: Outcome, reasons,
+                        budget_factor: int = 8) -> None:
+    """Engine._fixpoint as it was: one queue of every op, every op through `_apply_first`."""
+    try:
+        work = collections.deque(graph.topo_order())
+    except GraphError as exc:
+        out.diagnostics.append(error(str(exc), code="cycle"))
+        return
+    budget = budget_factor * max(len(work), 1) + 100
+    recent: collections.deque[str] = collections.deque(maxlen=32)
+    applied = 0
+    queued = {id(o) for o in work}
+    while work:
+        op = work.popleft()
+        queued.discard(id(op))
+        if op.dead:
+            continue
+        cands = index.candidates(op.type)
+        if not cands:
+            continue
+        done = engine._apply_first(graph, op, cands, out, reasons, set())
+        if done is None:
+            continue
+        name, new_ops = done
+        applied += 1
+        recent.append(name)
+        if applied > budget:
+            names = sorted(set(recent))
+            by_name = {r.name: r for r in index.rules}
+            out.diagnostics.append(error(
+                f"{what} did not converge after {applied} applications; rules still firing: "
+                f"{', '.join(names)}", code="no-fixpoint",
+                hint="two rules probably undo each other, or a rule re-matches its own output",
+                notes=[Note(f"rule {n} is here", by_name[n].rule.span) for n in names if n in by_name]))
+            return
+        touched = list(new_ops)
+        for n in new_ops:
+            touched.extend(u for r in n.results for u, _ in r.users)
+        for o in touched:
+            if not o.dead and id(o) not in queued:
+                work.append(o)
+                queued.add(id(o))
+
+
+def _reference_run(engine: Engine, graph: Graph, budget_factor: int = 8) -> Outcome:
     """Engine.run as it was before per-type lowering: coverage from a count of every op's type,
     then each source op through `_apply_first`, then every op through `_legality`."""
     out = Outcome(graph, [], {}, {r.name: RuleStats() for r in engine.all_rules})
     reasons: dict = collections.defaultdict(list)
     if engine.source.rules:
-        engine._fixpoint(graph, engine.source, "source rewrites", out, reasons, 8)
+        _reference_fixpoint(engine, graph, engine.source, "source rewrites", out, reasons, budget_factor)
     try:
         order = graph.topo_order()
     except GraphError as exc:
@@ -67,7 +119,7 @@ def _reference_run(engine: Engine, graph: Graph) -> Outcome:
             engine._apply_first(graph, op, cands, out, reasons, failed)
     engine._legality(graph, out, reasons, failed)
     if engine.cleanup.rules:
-        engine._fixpoint(graph, engine.cleanup, "cleanup rewrites", out, reasons, 8)
+        _reference_fixpoint(engine, graph, engine.cleanup, "cleanup rewrites", out, reasons, budget_factor)
     out.stats = dict(out.stats)
     return out
 
@@ -96,15 +148,15 @@ def _snapshot(out: Outcome, g: Graph):
     return ops, values, [v.name for v in g.outputs], cov, stats, diags
 
 
-def _same(rules: qlower.Rules, backend: str, build) -> None:
+def _same(rules: qlower.Rules, backend: str, build, budget_factor: int = 8) -> None:
     """Lower fresh copies of one graph three ways: the engine, the engine without short paths, and
-    the op-by-op reference loop; all three must agree."""
+    the op-by-op reference loops on it; all three must agree."""
     general = _general(rules, backend)
     want_g = build()
-    want = _snapshot(_reference_run(general, want_g), want_g)
+    want = _snapshot(_reference_run(general, want_g, budget_factor), want_g)
     for engine in (rules.engine(backend), general):
         g = build()
-        assert _snapshot(engine.run(g), g) == want
+        assert _snapshot(engine.run(g, budget_factor=budget_factor), g) == want
 
 
 # ------------------------------------------------------------------ the mllm pack
@@ -131,15 +183,17 @@ def mllm_steps(draw):
     n = 3  # x (input), w (const), i (int32 input)
     for _ in range(draw(st.integers(1, 10))):
         kind = draw(st.sampled_from(["mllm.MatMul", "mllm.MatMul", "mllm.Sigmoid", "mllm.Mul", "mllm.Add",
-                                     "mllm.Softmax", "mllm.GELU", "mllm.Nope"]))
+                                     "mllm.Softmax", "mllm.GELU", "mllm.Transpose", "mllm.Nope"]))
         arity = 2 if kind in ("mllm.MatMul", "mllm.Mul", "mllm.Add") else 1
         arity += draw(st.sampled_from([0, 0, 0, 0, 1, -1])) if arity == 2 else 0
         ins = [draw(st.integers(0, n - 1) | st.none()) if draw(st.integers(0, 9)) == 0
                else draw(st.integers(0, n - 1)) for _ in range(arity)]
         attrs = {}
         for name in {"mllm.MatMul": ["transpose_a", "transpose_b"], "mllm.Softmax": ["dim"],
-                     "mllm.GELU": ["approximate"]}.get(kind, []):
+                     "mllm.GELU": ["approximate"], "mllm.Transpose": ["dim0", "dim1"]}.get(kind, []):
             v = draw(_ATTR if kind != "mllm.GELU" else st.sampled_from([None, "none", "tanh"]))
+            if kind == "mllm.Transpose":
+                v = draw(st.integers(-2, 1))  # (the cleanup pack merges and cancels transposes)
             if v is not None:
                 attrs[name] = v
         shape = draw(st.sampled_from([(1, 8), (2, 8, 8), (8, 8), (3,), None]))
@@ -167,6 +221,19 @@ def _mllm_graph(steps):
 @given(mllm_steps(), st.sampled_from(BACKENDS))
 def test_mllm_graphs_lower_as_op_by_op(steps, backend) -> None:
     _same(_mllm(), backend, _mllm_graph(steps))
+
+
+def test_coverage_keeps_the_order_rules_first_applied_in() -> None:
+    """The second MatMul (lowered first) takes the memo; the first one's ranks differ, so the general
+    path aligns it: coverage lists matmul, then matmul_align, and MatMul before Reshape, as when
+    each op was counted as it was lowered."""
+    steps = [("mllm.MatMul", [0, 1], {}, (2, 8, 8)), ("mllm.MatMul", [3, 0], {}, (2, 8, 8))]
+    build = _mllm_graph(steps)
+    _same(_mllm(), "cpu", build)
+    g = build()
+    cov = _mllm().engine("cpu").run(g).coverage["mllm.MatMul"]
+    assert list(cov.rules) == ["mllm.matmul", "mllm.matmul_align"]
+    assert list(cov.emitted) == ["qnn.MatMul", "qnn.Reshape"]
 
 
 # ------------------------------------------------------------------ rules made for the memo's cases
@@ -322,6 +389,103 @@ def test_one_key_many_ops() -> None:
     assert len({id(o.attrs) for o in ops}) == len(ops)
     assert [math.copysign(1, o.attrs["beta"]) for o in ops[-2:]] == [-1, 1]
     assert [o.provenance.sources for o in ops] == [(f"n{j}",) for j in range(len(ops))]
+
+
+# ------------------------------------------------------------------ the cleanup fixpoint
+
+@functools.cache
+def _qnn() -> qlower.Rules:
+    return qlower.load_rules(packs=["qnn"])
+
+
+def test_the_cleanup_rules_have_quick_checks() -> None:
+    e = _qnn().engine("htp")
+    assert {"transpose_below_unary", "transpose_below_binary", "transpose_pair"} <= {
+        r.name.split(".")[-1] for r in e.cleanup.rules if r.quick is not None}
+
+
+_QNN_UNARY = ["qnn.Relu", "qnn.Sigmoid", "qnn.Tanh", "qnn.ElementWiseNeg"]
+_QNN_BINARY = ["qnn.ElementWiseAdd", "qnn.ElementWiseMultiply"]
+_PERMS = {3: [(0, 1, 2), (0, 2, 1), (1, 0, 2), (2, 0, 1), (1, 2, 0)], 2: [(0, 1), (1, 0)]}
+
+
+@st.composite
+def qnn_steps(draw):
+    """QNN ops over [2, 3, 4]-ish values: transposes (which the rules sink, merge and cancel),
+    reshapes, elementwise ops; (type, operand indices, which perm of the operand's rank or None)."""
+    steps = []
+    n = 2
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["qnn.Transpose"] * 3 + ["qnn.Reshape"] + _QNN_UNARY + _QNN_BINARY))
+        arity = 2 if kind in _QNN_BINARY else 1
+        ins = [draw(st.integers(max(0, n - 3), n - 1) | st.integers(0, n - 1)) for _ in range(arity)]
+        perm = draw(st.integers(0, 4)) if kind == "qnn.Transpose" else None
+        steps.append((kind, ins, perm))
+        n += 1
+    return steps
+
+
+def _qnn_graph(steps):
+    def build() -> Graph:
+        g = Graph("g")
+        vals = [g.add_value("x", "float32", [2, 3, 4]), g.add_value("z", "float32", [2, 3, 4])]
+        for j, (kind, ins, choice) in enumerate(steps):
+            src = vals[ins[0]]
+            perms = _PERMS[len(src.shape)]
+            perm = perms[choice % len(perms)] if choice is not None else None
+            shape = [src.shape[p] for p in perm] if perm is not None else list(src.shape)
+            if kind == "qnn.Reshape":
+                shape = [shape[0] * shape[1], shape[2]] if len(shape) == 3 else shape
+            r = g.add_value(f"v{j}", "float32", shape)
+            attrs = {"perm": np.array(perm, np.uint32)} if perm is not None else {}
+            g.add_op(f"n{j}", kind, [vals[i] for i in ins], [r], attrs)
+            vals.append(r)
+        used = {id(v) for op in g.ops for v in op.operands}
+        g.set_io(vals[:2], [v for v in vals[2:] if id(v) not in used])
+        return g
+    return build
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(qnn_steps(), st.sampled_from(["cpu", "htp"]), st.sampled_from([8, 0]))
+def test_cleanup_rewrites_as_op_by_op(steps, backend, budget_factor) -> None:
+    """(A budget factor of 0 stops long rewrites midway: the budget counts the same.)"""
+    _same(_qnn(), backend, _qnn_graph(steps), budget_factor)
+
+
+FLIPPING = """\
+map qnn.Relu(x) -> qnn.Sigmoid(x)
+map qnn.Sigmoid(x) -> qnn.Relu(x)
+
+rule add_t {
+  match y = qnn.ElementWiseAdd(qnn.Transpose(x) { perm: p }, z)
+  emit y = qnn.ElementWiseAdd(x, z)
+}
+"""
+
+
+@pytest.mark.parametrize("budget_factor", [0, 8])
+def test_a_cleanup_that_does_not_converge_stops_as_op_by_op(budget_factor) -> None:
+    """The budget runs out (two rules undo each other) while the quick checks turn the adds away:
+    the same diagnostic, and the same tries counted for the turned-away ops."""
+    def build() -> Graph:
+        g = Graph("g")
+        x = g.add_value("x", "float32", [2, 3])
+        prev = x
+        for j in range(6):
+            r = g.add_value(f"r{j}", "float32", [2, 3])
+            g.add_op(f"relu{j}", "qnn.Relu", [prev], [r])
+            a = g.add_value(f"a{j}", "float32", [2, 3])
+            g.add_op(f"add{j}", "qnn.ElementWiseAdd", [r, x], [a])
+            prev = a
+        g.set_io([x], [prev])
+        return g
+
+    rules = qlower.rules_from_text(FLIPPING)
+    _same(rules, "cpu", build, budget_factor)
+    g = build()
+    out = rules.engine("cpu").run(g, budget_factor=budget_factor)
+    assert [d.code for d in out.diagnostics] == ["no-fixpoint"] and out.stats["add_t"].tries > 0
 
 
 # ------------------------------------------------------------------ what the memo may key
