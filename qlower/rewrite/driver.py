@@ -22,7 +22,7 @@ from qlower.graph.core import Graph, GraphError, Op, Provenance
 from qlower.lang import ast
 from qlower.rewrite.compile import FAIL, CompiledRule, GuardError, RuleIndex, _bound_names, compile_rule
 from qlower.rewrite.emit import EmitFailure, EmitProgram, commit
-from qlower.rewrite.memo import NO_KEY, memo_key, template_ok
+from qlower.rewrite.memo import NO_KEY, Reads, emit_reads, key_function, match_reads, template_ok
 from qlower.lang.functions import FunctionTable
 from qlower.lang.builtins import builtin_functions
 from qlower.lang.backend import for_backend
@@ -159,43 +159,84 @@ def _provenance(p: Provenance, name: str, rule: str, location: str) -> Provenanc
     return Provenance(rule, location, p.source, sources)
 
 
-def _memo_rule(rule: CompiledRule, functions: FunctionTable) -> Any:
-    """`memo_key` for a lowering rule whose match is the straight-line one and whose emission is one
-    target op in place of the root (same results in order); None for any other rule."""
+def _template_reads(rule: CompiledRule, functions: FunctionTable) -> Reads | None:
+    """`emit_reads` of a lowering rule whose match is the straight-line one and whose emission is one
+    target op in place of the root (same results in order) with scalar params; None for any other."""
     program = rule.program
     if not rule.straight or program._simple is None or not program._results_in_order \
             or not program._simple[0].op.startswith(program.prefix):
         return None
     if any(pdef is not None and not pdef.is_scalar for _, _, pdef, _ in program._simple[2]):
         return None  # a tensor param: each op gets its own array, which a memo would share
-    return memo_key(rule.rule, functions)
+    return emit_reads(rule.rule, functions)
 
 
 # what lowering does with the ops of one type
 _TARGET, _GENERAL, _RETYPE, _MEMO = "target", "general", "retype", "memo"
-_NO_MATCH = "no match"  # a memo entry: the best candidate does not match such ops
 
 
 class _Kind:
     """The ops of one source type met while lowering: what to do with them, decided at the first,
-    and how many there were, how many went the general way (`slow`), and how many the best
-    candidate was memoised not to match (`tried`)."""
+    and how many there were and how many went the general way (`slow`; `skips`: how many of
+    those after how many leading candidates the memo found not to match).
 
-    __slots__ = ("mode", "n", "slow", "tried", "first", "cov", "cands", "rest", "rule", "rule_name", "location",
-                 "new_type", "nops", "nres", "key", "memo")
+    `_RETYPE`: the best candidate is a pure retype. `_MEMO`: the leading candidates up to `rule`
+    (the first that can retype an op from a memo, if any) decide whether they match by `key`
+    alone; per key the memo holds the params `rule` retypes with, or how many candidates to skip.
+    """
+
+    __slots__ = ("mode", "n", "slow", "skips", "first", "cov", "cands", "suffixes", "prefix", "at",
+                 "rule", "rule_name", "location", "new_type", "nops", "nres", "key", "memo")
 
     def __init__(self) -> None:
         self.mode = _GENERAL
-        self.n = self.slow = self.tried = 0
+        self.n = self.slow = 0
+        self.skips: dict[int, int] = {}
         self.first: Op | None = None
         self.cov: Coverage | None = None
         self.cands: tuple[CompiledRule, ...] = ()
-        self.rest: tuple[CompiledRule, ...] = ()  # the candidates after the best
+        self.suffixes: list[tuple[CompiledRule, ...]] = []  # cands[s:] for each s
+        self.prefix: tuple[CompiledRule, ...] = ()
+        self.at = 0  # the index of `rule` among the candidates
         self.rule: CompiledRule | None = None
         self.rule_name = self.location = self.new_type = ""
         self.nops = self.nres = 0
         self.key: Any = None
         self.memo: dict[Any, Any] = {}
+
+
+class _Tries:
+    """The candidates of one op type in a fixpoint, tried in order: `steps` are the leading ones whose
+    no-match is known without the matcher, each an index into the memo's flags (the candidate's
+    match decided by `key`) or a quick check; `counts[s]`: ops turned away by the first s."""
+
+    __slots__ = ("steps", "key", "memo", "nops", "nres", "decided", "counts", "suffixes")
+
+    def __init__(self, cands: tuple[CompiledRule, ...], decidable: Mapping[str, Reads]) -> None:
+        steps: list[Any] = []
+        decided: list[CompiledRule] = []
+        reads: list[Reads] = []
+        for r in cands:
+            got = decidable.get(r.name)
+            if got is not None:
+                steps.append(len(decided))
+                decided.append(r)
+                reads.append(got)
+            elif r.quick is not None:
+                steps.append(r.quick)
+            else:
+                break
+        self.steps = tuple(steps)
+        self.decided = tuple(decided)
+        self.key = None
+        self.nops = self.nres = 0
+        if decided:
+            root = decided[0].rule.matches[0]
+            self.nops, self.nres = len(root.pattern.operands), len(root.binders.names)
+            self.key = key_function(reads, self.nops)
+        self.memo: dict[Any, tuple[bool, ...]] = {}
+        self.counts = [0] * (len(cands) + 1)
+        self.suffixes = [cands[i:] for i in range(len(cands) + 1)]
 
 
 class Engine:
@@ -224,14 +265,18 @@ class Engine:
             self.programs[c.name] = program
         self.all_rules = tuple(compiled)
         # short paths (fast_retypes=False: none, every op goes the general way; the laws compare the two):
-        # rules that only retype an op (see `pure_retype`), and one-op rules lowering decides once per
-        # key of what they read (see qlower.rewrite.memo)
+        # rules that only retype an op (see `pure_retype`); one-op rules whose match (`decidable`), and
+        # for some lowering rules the params of the op they retype to (`templates`), are decided once
+        # per key of what they read (see qlower.rewrite.memo)
         self.retypes: dict[str, tuple[str, int, int]] = {}
-        self.memo_keys: dict[str, Any] = {}
+        self.decidable: dict[str, Reads] = {}
+        self.templates: dict[str, Reads] = {}
         if fast_retypes:
             self.retypes = {c.name: spec for c in compiled if (spec := pure_retype(c.rule)) is not None}
-            self.memo_keys = {c.name: key for c in compiled if c.kind == "lowering" and c.name not in self.retypes
-                              and (key := _memo_rule(c, self.functions)) is not None}
+            self.decidable = {c.name: got for c in compiled
+                              if c.straight and (got := match_reads(c.rule, self.functions)) is not None}
+            self.templates = {c.name: got for c in compiled if c.kind == "lowering" and c.name in self.decidable
+                              and (got := _template_reads(c, self.functions)) is not None}
         self.lowering = RuleIndex.build([c for c in compiled if c.kind == "lowering"], backend)
         self.source = RuleIndex.build([c for c in compiled if c.kind == "source"], backend)
         self.cleanup = RuleIndex.build([c for c in compiled if c.kind == "cleanup"], backend)
@@ -299,13 +344,16 @@ class Engine:
                         try:
                             e = k.memo[key]
                         except KeyError:
-                            e = k.memo[key] = self._decide(k.rule, op) if key is not NO_KEY else _GENERAL
+                            e = k.memo[key] = self._decide(k, op) if key is not NO_KEY else 0
                         except TypeError:  # an unhashable key (a shape held as a list)
-                            e = _GENERAL
-                        attrs_ = e.copy() if e.__class__ is dict else None
-                        if e is _NO_MATCH:  # the best candidate does not match such ops: the others may
-                            k.tried += 1
-                            cands = k.rest
+                            e = 0
+                        if e.__class__ is dict:
+                            attrs_ = e.copy()
+                        else:  # the general way, past the leading candidates that do not match
+                            attrs_ = None
+                            if e:
+                                k.skips[e] = k.skips.get(e, 0) + 1
+                                cands = k.suffixes[e]
                     if attrs_ is not None:
                         name = op.name
                         p = op.provenance
@@ -330,48 +378,63 @@ class Engine:
             k.mode = _TARGET
             return k
         k.cov = out.coverage[op_type] = Coverage()
-        k.cands = self.lowering.by_type.get(op_type, ())
-        k.rest = k.cands[1:]
-        if not k.cands:
+        cands = k.cands = self.lowering.by_type.get(op_type, ())
+        k.suffixes = [cands[i:] for i in range(len(cands) + 1)]
+        if not cands:
             return k
-        best = k.cands[0]
-        spec = self.retypes.get(best.name)
-        key = self.memo_keys.get(best.name)
-        if spec is not None and best.program.supported(spec[0], self.backend):
+        spec = self.retypes.get(cands[0].name)
+        if spec is not None and cands[0].program.supported(spec[0], self.backend):
             k.mode = _RETYPE
+            k.rule = cands[0]
             k.new_type, k.nops, k.nres = spec
-        elif key is not None and best.program.supported(best.program._simple[0].op, self.backend):
-            k.mode = _MEMO
-            k.new_type = best.program._simple[0].op
-            root = best.rule.matches[0]
-            k.nops, k.nres = len(root.pattern.operands), len(root.binders.names)
-            k.key, k.memo = key, {}
         else:
-            return k
-        k.rule, k.rule_name, k.location = best, best.name, best.location
+            prefix, reads = [], []
+            for r in cands:
+                got = self.decidable.get(r.name)
+                if got is None:
+                    break
+                prefix.append(r)
+                template = self.templates.get(r.name)
+                if template is not None and r.program.supported(r.program._simple[0].op, self.backend):
+                    reads.append(template)
+                    k.rule, k.at = r, len(prefix) - 1
+                    k.new_type = r.program._simple[0].op
+                    break
+                reads.append(got)
+            if not prefix:
+                return k
+            k.mode = _MEMO
+            k.prefix = tuple(prefix)
+            root = cands[0].rule.matches[0]
+            k.nops, k.nres = len(root.pattern.operands), len(root.binders.names)
+            k.key, k.memo = key_function(reads, k.nops), {}
+        if k.rule is not None:
+            k.rule_name, k.location = k.rule.name, k.rule.location
         return k
 
-    def _decide(self, rule: CompiledRule, op: Op) -> Any:
-        """What the general path does with `op` for `rule`, as a memo entry: the emitted op's params
-        when it retypes `op` in place, _NO_MATCH, or _GENERAL (anything else: a fail, an error, an
-        emission other than a plain retype; the general path then does it and reports it)."""
-        try:
-            env = rule.match(op)
-        except GuardError:
-            return _GENERAL
-        if env is None:
-            return _NO_MATCH
-        if FAIL in env:
-            return _GENERAL
-        try:
-            plan = rule.program.plan(env, op, self.backend)
-        except EmitFailure:
-            return _GENERAL
-        new = plan.ops[0]
-        if not plan.retype or len(new.args) != len(op.operands) \
-                or any(a is not b for a, b in zip(new.args, op.operands)) or not template_ok(new.attrs):
-            return _GENERAL
-        return new.attrs
+    def _decide(self, k: _Kind, op: Op) -> Any:
+        """What the general path does with `op`, as a memo entry: the params of the op `k.rule`
+        retypes it to in place, or how many leading candidates do not match it (the general path
+        takes it from there: a fail, an error, an emission other than a plain retype, the others)."""
+        for j, rule in enumerate(k.prefix):
+            try:
+                env = rule.match(op)
+            except GuardError:
+                return j
+            if env is None:
+                continue
+            if FAIL in env or rule is not k.rule:
+                return j
+            try:
+                plan = rule.program.plan(env, op, self.backend)
+            except EmitFailure:
+                return j
+            new = plan.ops[0]
+            if not plan.retype or len(new.args) != len(op.operands) \
+                    or any(a is not b for a, b in zip(new.args, op.operands)) or not template_ok(new.attrs):
+                return j
+            return new.attrs
+        return len(k.prefix)
 
     @staticmethod
     def _keep_order(k: _Kind) -> None:
@@ -391,16 +454,20 @@ class Engine:
             firsts[k.first] = t
             c = k.cov
             c.count = k.n
+            for skipped, count in k.skips.items():
+                for r in k.cands[:skipped]:
+                    stats[r.name].tries += count
             applied = k.n - k.slow
-            if k.rule is None or not applied + k.tried:
+            if k.rule is None or not applied:
                 continue
+            for r in k.cands[:k.at]:
+                stats[r.name].tries += applied
             st = stats[k.rule_name]
-            st.tries += applied + k.tried
+            st.tries += applied
             st.matches += applied
             st.applied += applied
-            if applied:
-                c.rules[k.rule_name] = c.rules.get(k.rule_name, 0) + applied
-                c.emitted[k.new_type] = c.emitted.get(k.new_type, 0) + applied
+            c.rules[k.rule_name] = c.rules.get(k.rule_name, 0) + applied
+            c.emitted[k.new_type] = c.emitted.get(k.new_type, 0) + applied
         if len(firsts) > 1:
             cov, types = out.coverage, []
             for op in order:
@@ -503,9 +570,7 @@ class Engine:
         queued: set[int] = set()  # ids of the ops in `again`
         pos: dict[int, int] | None = None
         by_type = index.by_type
-        # per op type whose every candidate has a quick check: the checks (all false: none matches)
-        quick = {t: tuple(r.quick for r in rs) for t, rs in by_type.items() if all(r.quick for r in rs)}
-        turned: dict[str, int] = {}  # ops of a type all its candidates were tried on and turned away
+        per_type: dict[str, _Tries] = {}  # for each op type met
         failed: set[int] = set()  # (a fail here reports only: nothing reads it)
         i, n = 0, len(order)
         while True:
@@ -523,14 +588,34 @@ class Engine:
             cands = by_type.get(t)
             if not cands:
                 continue
-            checks = quick.get(t)
-            if checks is not None:
-                for check in checks:
-                    if check(op):
+            d = per_type.get(t)
+            if d is None:
+                d = per_type[t] = _Tries(cands, self.decidable)
+            if d.steps:
+                flags = None
+                if d.key is not None:
+                    ops = op.operands
+                    if len(ops) == d.nops and len(op.results) == d.nres and None not in ops:
+                        key = d.key(op)
+                        try:
+                            flags = d.memo[key]
+                        except KeyError:
+                            flags = d.memo[key] = self._matches(d.decided, op) if key is not NO_KEY else None
+                        except TypeError:  # an unhashable key (a shape held as a list)
+                            pass
+                skipped = 0
+                for step in d.steps:
+                    if step.__class__ is int:
+                        if flags is None or flags[step]:
+                            break
+                    elif step(op):
                         break
-                else:
-                    turned[t] = turned.get(t, 0) + 1
-                    continue
+                    skipped += 1
+                if skipped:
+                    d.counts[skipped] += 1
+                    cands = d.suffixes[skipped]
+                    if not cands:
+                        continue
             done = self._apply_first(graph, op, cands, out, reasons, failed)
             if done is None:
                 continue
@@ -557,9 +642,23 @@ class Engine:
                     continue
                 again.append(o)
                 queued.add(id(o))
-        for t, count in turned.items():
-            for r in by_type[t]:
-                out.stats[r.name].tries += count
+        for t, d in per_type.items():
+            for skipped, count in enumerate(d.counts):
+                if count:
+                    for r in by_type[t][:skipped]:
+                        out.stats[r.name].tries += count
+
+    @staticmethod
+    def _matches(rules: tuple[CompiledRule, ...], op: Op) -> tuple[bool, ...]:
+        """For a fixpoint's memo: whether each rule may match `op` (a guard error counts as a match:
+        the general path reports it)."""
+        got = []
+        for rule in rules:
+            try:
+                got.append(rule.match(op) is not None)
+            except GuardError:
+                got.append(True)
+        return tuple(got)
 
     def _legality(self, graph: Graph, out: Outcome, reasons, failed) -> None:
         prefix = self._prefix

@@ -1,21 +1,25 @@
-"""Which one-op rules lowering may decide once per kind of op, and the key of that kind.
+"""Which one-op rules the engine may decide once per kind of op, and the key of that kind.
 
-A rule matching one op over plain or typed captures, whose guards, lets and
-params call only pure built-ins and see values only through rank, shape,
-numel and dtype, and which emits one op over its captures in order, decides
-the same (match or not, which params) for every op of a type that agrees on
-the attributes the pattern names and on its operands' and results' shapes,
-dtypes and constness: those are all it can read. The engine decides the
-first op of each key with the general matcher and planner, and retypes the
-others from the memo (a law in tests/rewrite compares the two on every op).
+A rule matching one op over plain or typed captures, whose guards and lets
+call only pure built-ins and see values only through rank, shape, numel and
+dtype, matches or not alike for every op of a type that agrees on the
+attributes the pattern names and on its operands' and results' shapes, dtypes
+and constness: those are all it can read (`match_reads`). One that emits one
+op over its captures in order, with params computed the same way, also emits
+the same params (`emit_reads`). The engine decides the first op of each key
+with the general matcher and planner, and the others from the memo: lowering
+retypes them, a fixpoint skips the candidates that do not match (laws in
+tests/rewrite/test_lower_memo.py compare the two on every op).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_
 from typing import Any
 
+import attrs
 import numpy as np
 
 from qlower.graph.core import Op
@@ -28,6 +32,7 @@ _READS = {"rank": "shape", "shape": "shape", "numel": "shape", "dtype": "dtype"}
 # attribute values a key holds as they are, told apart by type (1, 1.0 and True are equal dict keys)
 _SCALARS = frozenset({bool, int, float, str, type(None)})
 _MISSING = object()
+_KEYED = _SCALARS | {object}  # (the type of _MISSING; a plain object is its own key)
 NO_KEY: Any = object()  # what a key function returns for an op it cannot key (a list attribute)
 
 
@@ -82,55 +87,23 @@ def _expr_reads(expr: ast.Expr, values: frozenset[str], functions: FunctionTable
     return all(_expr_reads(p, values, functions, reads) for p in parts)
 
 
-def _key_of(value_part: Callable[[Any], Any] | None, results: bool, attr_names: tuple[str, ...],
-            nops: int, shapes_only: bool) -> Callable[[Op], Any]:
-    def key(op: Op) -> Any:
-        a = op.attrs
-        if a and attr_names:
-            got = []
-            for n in attr_names:
-                x = a.get(n, _MISSING)
-                if x is not _MISSING and type(x) not in _SCALARS:
-                    return NO_KEY  # a list or an array
-                got.append(x)
-                got.append(type(x))
-                if type(x) is float:
-                    got.append(x.hex())  # -0.0 and 0.0 are equal keys
-            ak = tuple(got)
-        else:
-            ak = ()
-        vk = tuple(map(value_part, op.operands)) if value_part is not None else ()
-        rk = tuple(map(value_part, op.results)) if results else ()
-        return vk, rk, ak
+@attrs.frozen
+class Reads:
+    """What deciding a rule reads of an op: the attributes its pattern names, which parts of its
+    operands (and of its results, when `results`): "shape", "dtype", "const"."""
 
-    if not shapes_only or results or nops not in (1, 2):
-        return key
-    # the common case, cheaper: operand shapes alone while the op has none of the named attributes
-    # (a shape is a tuple of ints or None, never a 3-tuple of tuples like the keys above)
-    if nops == 1:
-        def shape_key(op: Op) -> Any:
-            return key(op) if op.attrs and attr_names else op.operands[0].shape
-    else:
-        def shape_key(op: Op) -> Any:
-            if op.attrs and attr_names:
-                return key(op)
-            o = op.operands
-            return o[0].shape, o[1].shape
-    return shape_key
+    attr_names: tuple[str, ...]
+    parts: frozenset[str]
+    results: bool
 
 
-def _const_part(v: Any) -> Any:
-    return v.shape, v.dtype, v.data is None
-
-
-def memo_key(rule: ast.Rule, functions: FunctionTable) -> Callable[[Op], Any] | None:
-    """The key function for `rule` (op → a key, or NO_KEY for an op it cannot key), or None when
-    the rule may read more of an op than a key holds. The caller has already checked that the rule
-    is a straight-line one-op match with a simple 1:1 emission (see `driver._memo_rule`)."""
+def _reads(rule: ast.Rule, functions: FunctionTable, emission: bool) -> Reads | None:
+    """What a one-op rule reads to decide whether it matches (guards, lets and fail included), and
+    with `emission` also to compute its one emitted op's params; None when it may read more."""
     (match,) = rule.matches
     pat = match.pattern
     values = set(match.binders.names)
-    reads: set[str] = set()
+    parts: set[str] = set()
     for p in pat.operands:
         if isinstance(p, ast.Capture):
             values.add(p.name)
@@ -141,13 +114,13 @@ def memo_key(rule: ast.Rule, functions: FunctionTable) -> Callable[[Op], Any] | 
             return None
         if t is not None:
             if t.const:
-                reads.add("const")
+                parts.add("const")
             if t.dtype is not None:
-                reads.add("dtype")
+                parts.add("dtype")
             if t.shape is not None:
-                reads.add("shape")
+                parts.add("shape")
     names = frozenset(values)
-    results_read: set[str] = set()
+    results = False
     for stmt in rule.body:
         if isinstance(stmt, ast.Match):
             continue
@@ -156,27 +129,74 @@ def memo_key(rule: ast.Rule, functions: FunctionTable) -> Callable[[Op], Any] | 
         elif isinstance(stmt, ast.Fail):
             exprs = [stmt.message]
         elif isinstance(stmt, ast.Emit):
+            if not emission:
+                continue
             if len(stmt.items) != 1 or not isinstance(stmt.items[0], ast.EmitOp):
                 return None
             exprs = [p.expr for p in stmt.items[0].params]
         else:
             return None
         for e in exprs:
-            if not _expr_reads(e, names, functions, reads):
+            if not _expr_reads(e, names, functions, parts):
                 return None
-            results_read.update(n.id for n in ast.iter_nodes(e) if isinstance(n, ast.Name)
-                                and n.id in match.binders.names)
-    if "const" in reads:
-        part: Callable[[Any], Any] | None = _const_part
-    elif reads == {"shape", "dtype"}:
-        part = attrgetter("shape", "dtype")
-    elif reads:
-        part = attrgetter(*reads)
+            results = results or any(isinstance(n, ast.Name) and n.id in match.binders.names
+                                     for n in ast.iter_nodes(e))
+    return Reads(tuple(a.name for a in pat.attrs if a.kind != "any"), frozenset(parts), results and bool(parts))
+
+
+def match_reads(rule: ast.Rule, functions: FunctionTable) -> Reads | None:
+    """`_reads` of whether a straight-line one-op rule matches."""
+    return _reads(rule, functions, emission=False)
+
+
+def emit_reads(rule: ast.Rule, functions: FunctionTable) -> Reads | None:
+    """`_reads` of whether it matches and of its one emitted op's params."""
+    return _reads(rule, functions, emission=True)
+
+
+def key_function(reads: list[Reads], nops: int) -> Callable[[Op], Any]:
+    """op → a key holding everything `reads` read of it, or NO_KEY for an op it cannot key (a list
+    attribute). For ops of one type with `nops` operands, none absent (the caller checks)."""
+    names = tuple(dict.fromkeys(n for r in reads for n in r.attr_names))
+    missing = (_MISSING,) * len(names)
+    parts = frozenset().union(*(r.parts for r in reads))
+    results = any(r.results for r in reads)
+    fields = [f for f in ("shape", "dtype") if f in parts or "const" in parts]
+    part = attrgetter(*fields) if fields else None
+    const = "const" in parts
+    data = attrgetter("data")
+
+    def values(vs: list) -> Any:
+        got = tuple(map(part, vs)) if part is not None else ()
+        return (got, tuple(map(is_, map(data, vs), repeat(None)))) if const else got
+
+    def key(op: Op) -> Any:
+        a = op.attrs
+        if a and names:
+            got = tuple(map(a.get, names, missing))
+            types = tuple(map(type, got))
+            if not _KEYED.issuperset(types):
+                return NO_KEY  # a list or an array
+            # (-0.0 and 0.0 are equal keys)
+            ak = (got, types, tuple(x.hex() for x in got if type(x) is float)) if float in types else (got, types)
+        else:
+            ak = ()
+        return values(op.operands), values(op.results) if results else (), ak
+
+    if parts != {"shape"} or results or nops not in (1, 2):
+        return key
+    # the common case, cheaper: operand shapes alone while the op has none of the named attributes
+    # (a shape is a tuple of ints or None, never a 3-tuple of tuples like the keys above)
+    if nops == 1:
+        def shape_key(op: Op) -> Any:
+            return key(op) if op.attrs and names else op.operands[0].shape
     else:
-        part = None
-    attr_names = tuple(a.name for a in pat.attrs if a.kind != "any")
-    return _key_of(part, bool(results_read) and part is not None, attr_names, len(pat.operands),
-                   reads == {"shape"})
+        def shape_key(op: Op) -> Any:
+            if op.attrs and names:
+                return key(op)
+            o = op.operands
+            return o[0].shape, o[1].shape
+    return shape_key
 
 
 def template_ok(attrs: dict[str, Any]) -> bool:

@@ -27,7 +27,7 @@ from qlower.lang.parser import parse
 from qlower.rewrite import driver
 from qlower.rewrite.compile import compile_rule
 from qlower.rewrite.driver import Coverage, Engine, Outcome, RuleStats
-from qlower.rewrite.memo import memo_key
+from qlower.rewrite.memo import emit_reads, match_reads
 
 BACKENDS = ["cpu", "gpu", "htp", "dsp", "lpai"]
 
@@ -168,7 +168,7 @@ def _mllm() -> qlower.Rules:
 
 def test_the_benchmark_ops_take_the_short_paths() -> None:
     e = _mllm().engine("cpu")
-    assert "mllm.matmul" in e.memo_keys
+    assert "mllm.matmul" in e.templates
     assert {"mllm.sigmoid", "mllm.mul", "mllm.add"} <= set(e.retypes)
 
 
@@ -321,10 +321,12 @@ def _memo_rules() -> qlower.Rules:
     return qlower.rules_from_text(MEMO_RULES)
 
 
-def test_which_memo_rules_are_memoised() -> None:
+def test_which_rules_are_decided_by_key() -> None:
     e = _memo_rules().engine("cpu")
-    assert set(e.memo_keys) == {"a_const", "a_rank", "r_rank", "c_typed", "s_axis", "e_elu", "y_result"}
     assert set(e.retypes) == {"r", "e", "b"}
+    memoised = {"a_const", "a_rank", "r_rank", "c_typed", "s_axis", "e_elu", "y_result"}
+    assert set(e.templates) == memoised | set(e.retypes)
+    assert set(e.decidable) == set(e.templates) | {"a_fail", "d_twice"}
 
 
 _MEMO_TYPES = ["m.A", "m.R", "m.C", "m.S", "m.E", "m.Y", "m.B", "m.D"]
@@ -406,15 +408,17 @@ def test_the_cleanup_rules_have_quick_checks() -> None:
 
 _QNN_UNARY = ["qnn.Relu", "qnn.Sigmoid", "qnn.Tanh", "qnn.ElementWiseNeg"]
 _QNN_BINARY = ["qnn.ElementWiseAdd", "qnn.ElementWiseMultiply"]
-_PERMS = {3: [(0, 1, 2), (0, 2, 1), (1, 0, 2), (2, 0, 1), (1, 2, 0)], 2: [(0, 1), (1, 0)]}
+_PERMS = {3: [(0, 1, 2), (0, 2, 1), (1, 0, 2), (2, 0, 1), (1, 2, 0)], 2: [(0, 1), (1, 0)],
+          5: [(0, 1, 2, 3, 4), (0, 1, 2, 4, 3), (4, 3, 2, 1, 0)], 4: [(0, 1, 2, 3), (0, 2, 1, 3)]}
 
 
 @st.composite
 def qnn_steps(draw):
-    """QNN ops over [2, 3, 4]-ish values: transposes (which the rules sink, merge and cancel),
-    reshapes, elementwise ops; (type, operand indices, which perm of the operand's rank or None)."""
+    """QNN ops over [2, 3, 4]-ish values and a rank-5 one (which HTP's rank rules reshape to rank 4):
+    transposes (which the rules sink, merge and cancel), reshapes, elementwise ops; (type, operand
+    indices, which perm of the operand's rank or None)."""
     steps = []
-    n = 2
+    n = 3
     for _ in range(draw(st.integers(1, 12))):
         kind = draw(st.sampled_from(["qnn.Transpose"] * 3 + ["qnn.Reshape"] + _QNN_UNARY + _QNN_BINARY))
         arity = 2 if kind in _QNN_BINARY else 1
@@ -428,20 +432,21 @@ def qnn_steps(draw):
 def _qnn_graph(steps):
     def build() -> Graph:
         g = Graph("g")
-        vals = [g.add_value("x", "float32", [2, 3, 4]), g.add_value("z", "float32", [2, 3, 4])]
+        vals = [g.add_value("x", "float32", [2, 3, 4]), g.add_value("z", "float32", [2, 3, 4]),
+                g.add_value("w", "float32", [2, 1, 3, 2, 2])]
         for j, (kind, ins, choice) in enumerate(steps):
             src = vals[ins[0]]
             perms = _PERMS[len(src.shape)]
             perm = perms[choice % len(perms)] if choice is not None else None
             shape = [src.shape[p] for p in perm] if perm is not None else list(src.shape)
             if kind == "qnn.Reshape":
-                shape = [shape[0] * shape[1], shape[2]] if len(shape) == 3 else shape
+                shape = [shape[0] * shape[1], *shape[2:]] if len(shape) >= 3 else shape
             r = g.add_value(f"v{j}", "float32", shape)
             attrs = {"perm": np.array(perm, np.uint32)} if perm is not None else {}
             g.add_op(f"n{j}", kind, [vals[i] for i in ins], [r], attrs)
             vals.append(r)
         used = {id(v) for op in g.ops for v in op.operands}
-        g.set_io(vals[:2], [v for v in vals[2:] if id(v) not in used])
+        g.set_io(vals[:3], [v for v in vals[3:] if id(v) not in used])
         return g
     return build
 
@@ -503,7 +508,7 @@ def test_what_a_memo_may_key() -> None:
         "rule r { match y = m.A(x)\n require dtype(y) == \"float32\"\n emit y = qnn.B(x) { p: numel(x) } }",
     ]
     for text in keyed:
-        assert memo_key(_rule(text), functions) is not None, text
+        assert emit_reads(_rule(text), functions) is not None, text
     not_keyed = [
         "rule r { match y = m.A(x)\n require is_const(x)\n emit y = qnn.B(x) }",  # reads more than a key holds
         "rule r { match y = m.A(x, z)\n require x == z\n emit y = qnn.B(x, z) }",  # a value as itself
@@ -513,7 +518,7 @@ def test_what_a_memo_may_key() -> None:
         "rule r { match y = m.A(x)\n emit y = qnn.B(x) { p: no_such_function(x) } }",
     ]
     for text in not_keyed:
-        assert memo_key(_rule(text), functions) is None, text
+        assert emit_reads(_rule(text), functions) is None, text
 
 
 # ------------------------------------------------------------------ the shipped packs' test graphs
