@@ -12,7 +12,7 @@ from qlower.graph.core import Op
 from qlower.lang import ast
 from qlower.rewrite.expr import compile_expr, truth
 from qlower.lang.functions import EvalError, FunctionTable
-from qlower.rewrite.match import LISTEN, OPS, MatchTrace, PatternCompiler, simple_root
+from qlower.rewrite.match import LISTEN, OPS, MatchTrace, PatternCompiler, producer_filter, simple_root
 
 Env = dict[str, Any]
 FAIL = "__fail__"
@@ -43,6 +43,9 @@ class CompiledRule:
         lambda self: str(self.rule.span) if self.rule.span else "<unknown>", takes_self=True))
     program: Any = attrs.field(default=None, repr=False, eq=False)  # its EmitProgram, set by the engine
     target: str = "qnn"  # the engine's target dialect: emitted `qnn.*` ops are checked against its registry
+    straight: bool = False  # `match` is the straight-line one-op matcher (`simple_root`)
+    # a quick necessary condition `match` checks first (`producer_filter`): false, and it does not match
+    quick: Callable[[Op], bool] | None = attrs.field(default=None, repr=False, eq=False)
 
     @property
     def lowering(self) -> bool:
@@ -154,8 +157,8 @@ def _finish(steps, env: Env) -> Env | None:
 
 def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
                  functions: FunctionTable, target: str = "qnn", *, fast: bool = True) -> CompiledRule:
-    """Compile one rule; `fast=False` keeps the general matcher even where a straight-line one exists
-    (the differential test compares the two)."""
+    """Compile one rule; `fast=False` keeps the general matcher even where a straight-line one exists,
+    and without its quick producer check (the differential tests compare the two)."""
     matches = rule.matches
     if not matches:
         raise ValueError(f"rule {rule.name} has no match statement")
@@ -203,11 +206,14 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
             return None
         return finish(env)
 
+    quick = producer_filter(pc, root.pattern) if fast and straight is None else None
     if straight is not None:
         match = straight
     else:
         def match(op: Op, listener: MatchTrace | None = None) -> Env | None:
             if listener is None:
+                if quick is not None and not quick(op):
+                    return None
                 return root_body(op, {OPS: []}, after_root)
             env = root_body(op, {OPS: [], LISTEN: listener}, after_root)
             if env is not None:
@@ -217,7 +223,8 @@ def compile_rule(rule: ast.Rule, order: int, decls: Mapping[str, ast.OpDecl],
     benefit = rule.benefit if rule.benefit is not None else sum(_ops_matched(m.pattern) for m in matches)
     return CompiledRule(rule.name, rule, order, benefit,
                         frozenset(rule.backends) if rule.backends is not None else None,
-                        tuple(root.pattern.op_types), rule_kind(rule, target), match, target=target)
+                        tuple(root.pattern.op_types), rule_kind(rule, target), match, target=target,
+                        straight=straight is not None, quick=quick)
 
 
 def _used_outside(env: Env, op: Op, r: Any, user: str, span: Span | None) -> None:

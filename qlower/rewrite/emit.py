@@ -282,7 +282,8 @@ class EmitProgram:
             for name, fn, pdef, span in params:
                 value = fn(env)
                 if pdef is not None:
-                    key = (name, type(value), value) if isinstance(value, (bool, int, float, str)) else None
+                    key = (name, type(value), value) if isinstance(value, (bool, int, float, str)) \
+                        and (not isinstance(value, float) or value == value != 0.0) else None  # not ±0.0, NaN
                     got = memo.get(key, _NOT) if key is not None else _NOT
                     if got is _NOT:
                         try:

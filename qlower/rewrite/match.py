@@ -591,3 +591,43 @@ def simple_root(compiler: PatternCompiler, pat: ast.OpPattern, binders: tuple[st
             env.pop(LISTEN, None)
         return env
     return match
+
+
+def producer_filter(compiler: PatternCompiler, pat: ast.OpPattern) -> Callable[[Op], bool] | None:
+    """A quick necessary condition for the general matcher on root pattern `pat`: each operand the
+    pattern matches with a nested op pattern is produced by an op of a type it names (in either
+    order of a commutative pair); None when `pat` nests none.
+
+    Cleanup rules (`qnn.Sigmoid(qnn.Transpose(x))`) are tried on every target op of their root
+    types and almost never match; this turns most tries away without building an environment.
+    It runs only where nobody listens for reasons (`qlower explain` wants the matcher's).
+    """
+    fixed = [p for p in pat.operands if not isinstance(p, ast.RestCapture)]
+    needs: list[tuple[int, frozenset[str]]] = []
+    for i, p in enumerate(fixed):
+        q = p.pattern if isinstance(p, ast.NamedNested) else p
+        if isinstance(q, ast.OpPattern):
+            needs.append((i, frozenset(q.op_types)))
+    if not needs:
+        return None
+    swap = len(fixed) == 2 and len(fixed) == len(pat.operands) and (pat.commutative or any(
+        compiler.decls.get(t) is not None and compiler.decls[t].commutative for t in pat.op_types))
+
+    def fits(ops: list) -> bool:
+        n = len(ops)
+        for i, types in needs:
+            v = ops[i] if i < n else None
+            if v is None:
+                return False
+            p = v.producer
+            if p is None or p.type not in types:
+                return False
+        return True
+
+    if not swap:
+        return lambda op: fits(op.operands)
+
+    def check(op: Op) -> bool:
+        ops = op.operands
+        return fits(ops) or (len(ops) >= 2 and fits([ops[1], ops[0]]))
+    return check

@@ -929,3 +929,24 @@ rule sin_to_cos {
     assert found  # (currently reported twice: once per phase)
     assert all("n1" in d.message and "n2" in d.message and d.is_error for d in found)
     assert g.op("n1").type == "m.Neg" and g.op("n2").type == "m.Neg"
+
+
+def test_a_param_of_minus_zero_is_not_the_last_zero_planned(tmp_path):
+    """The planner memoises coerced scalar params; -0.0 == 0.0 (and NaN != NaN) must not make one
+    op's param depend on what an earlier op, or an earlier graph, was given."""
+    r = rules(tmp_path, """
+op m.Soft(x) -> y { beta: float = 1.0 }
+rule soft {
+  match y = m.Soft(x) { beta: b }
+  emit y = qnn.Softmax(x) { beta: b }
+}
+""")
+    engine = Engine(r.ruleset.rules, r.ruleset.ops, registry=r.engine("cpu").registry, backend="cpu",
+                    functions=r.functions, target="qnn", fast_retypes=False)
+    got = []
+    for beta in (-0.0, 0.0, -0.0, float("nan")):
+        b = B()
+        g = b.done(b.op("s", "m.Soft", [b.inp("x")], {"beta": beta}))
+        assert engine.run(g).ok
+        got.append(g.op("s").attrs["beta"])
+    assert [np.copysign(1.0, v) for v in got[:3]] == [-1.0, 1.0, -1.0] and np.isnan(got[3])
