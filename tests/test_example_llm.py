@@ -112,3 +112,19 @@ def test_quantized_llm_lowers_for_htp_and_stays_close(built, mode):
     verification = qlower.api.verify(load_graph(paths[mode]), res, rules, inputs=_inputs(paths[mode]))
     worst = max(o.relative for o in verification.outputs)
     assert worst < 0.02 and verification.passed, verification.summary()
+
+
+@pytest.mark.parametrize("mode", ["float", "w4a16"])
+def test_artifacts_of_the_converted_table_are_those_of_its_object_view(built, mode):
+    """What conversion knows and hands to the writers (the tensors no op produces) changes no byte: the
+    artifacts written from the table are those written from the table of its `QnnGraph`."""
+    from qlower.qnn import emit_cpp, emit_json
+    from qlower.qnn.table import table_of
+
+    _, paths = built
+    res = qlower.lower(load_graph(paths[mode]), qlower.load_rules(packs=["mllm"]), backend="htp")
+    res.raise_for_errors()
+    again = table_of(res.table.graph())
+    assert res.table.unproduced is not None and again.unproduced is None
+    assert emit_cpp.render(res.table) == emit_cpp.render(again)
+    assert emit_json.dumps(res.table) == emit_json.dumps(again)

@@ -148,8 +148,8 @@ def to_table(graph: Graph, registry: QnnOps | OpDefRegistry | None = None) -> Qn
         return _convert(graph, registry)
 
 
-_NAME, _TYPE, _OPERANDS, _RESULTS, _PROVENANCE, _ATTRS = (
-    attrgetter(a) for a in ("name", "type", "operands", "results", "provenance", "attrs"))
+_NAME, _TYPE, _OPERANDS, _RESULTS, _PROVENANCE, _ATTRS, _PRODUCER = (
+    attrgetter(a) for a in ("name", "type", "operands", "results", "provenance", "attrs", "producer"))
 
 
 def _attrs_key(attrs: dict[str, Any]) -> tuple | None:
@@ -334,6 +334,7 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
         if table.tensor_kinds[kinds[i]].type is STATIC:
             data = v.data if isinstance(v.data, LazyArray) else np.asarray(v.data)  # by reference: read when written
             data_of[i] = data if data.ndim else data.reshape(1)
+    table.unproduced = [i for i, p in enumerate(map(_PRODUCER, tensors)) if p is None]
     kind_of_value = dict(zip(tensors, kinds)).__getitem__
     op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
                                                              table.op_outputs, table.op_sources)

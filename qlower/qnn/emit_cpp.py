@@ -509,10 +509,13 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
                    'extern "C" {', ""]))
     # A tensor no op produces gets an addTensor_ function where it is first needed:
     # graph inputs first, then each op's inputs before the op, then the rest.
-    produced = set(chain.from_iterable(table.op_outputs))  # (the op outputs, flattened in C)
     names = table.tensor_names
-    unproduced = dict(zip(names, range(len(names))))  # tensor name -> index, for those no op outputs
-    deque(map(unproduced.pop, produced, repeat(None)), maxlen=0)  # (removed in C)
+    if table.unproduced is not None:  # tensor name -> index, for those no op outputs
+        unproduced = {names[i]: i for i in table.unproduced}
+    else:
+        produced = set(chain.from_iterable(table.op_outputs))  # (the op outputs, flattened in C)
+        unproduced = dict(zip(names, range(len(names))))
+        deque(map(unproduced.pop, produced, repeat(None)), maxlen=0)  # (removed in C)
     fn = _Functions(layout, table, templates)
     tensor_fn, node_fn = fn.tensor_at, fn.node_at
     # the tensors whose functions come first (graph inputs), and those that come before an op (by op index)
@@ -524,17 +527,31 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
     pending = unproduced.keys() - set(first)
     joins = fn.node_joins_of() if fn.plain else [None] * len(table.op_kinds)
     op_names, op_kind, op_inputs, op_outputs = table.op_names, table.op_kind, table.op_inputs, table.op_outputs
+    every_join = None not in joins
+    disjoint = pending.isdisjoint
     for a in range(0, len(op_names), _CHUNK):
         b = min(a + _CHUNK, len(op_names))
-        for i, name, k, ins, outs in zip(range(a, b), op_names[a:b], op_kind[a:b], op_inputs[a:b], op_outputs[a:b]):
-            if pending and not pending.isdisjoint(ins):
-                new = [n for n in dict.fromkeys(ins) if n in pending]
-                pending.difference_update(new)
-                before[i] = new
-                for n in new:
-                    add(tensor_fn(unproduced[n]))
-            join = joins[k]
-            add(join(name, ins, outs, None) if join is not None else node_fn(i))
+        # the ops of this chunk that need tensor functions first (the test runs in C; each such op then
+        # takes, in order, the tensors no earlier op took)
+        texts: dict[int, str] = {}
+        if pending:
+            for i in [i for i, ins in zip(range(a, b), op_inputs[a:b]) if not disjoint(ins)]:
+                new = [n for n in dict.fromkeys(op_inputs[i]) if n in pending]
+                if new:
+                    pending.difference_update(new)
+                    before[i] = new
+                    texts[i] = "".join([tensor_fn(unproduced[n]) for n in new])
+        if every_join:  # each node one compiled join, its tensor functions (if any) before it
+            get = texts.get
+            add("".join([f"{get(i, '')}{joins[k](n, ins, outs, None)}" for i, n, k, ins, outs in zip(
+                range(a, b), op_names[a:b], op_kind[a:b], op_inputs[a:b], op_outputs[a:b])]))
+        else:
+            for i, name, k, ins, outs in zip(range(a, b), op_names[a:b], op_kind[a:b], op_inputs[a:b],
+                                             op_outputs[a:b]):
+                if i in texts:
+                    add(texts[i])
+                join = joins[k]
+                add(join(name, ins, outs, None) if join is not None else node_fn(i))
         out.flush()
     last = [n for n in unproduced if n in pending]  # (op outputs are graph tensors) those left
     for n in last:

@@ -3,7 +3,7 @@
 The writers format each kind of tensor or node once, with stand-in names, and cut the
 text at the stand-ins. What is left is constant text around argument slots; `compile_join`
 turns that into one Python function per kind that joins a tensor's or node's names into
-it with a single `str.join` over a tuple: no slot loop, no list copy per line. On a
+it with a single f-string: no slot loop, no list copy per line. On a
 million-op graph that is most of what writing its text costs.
 
 The generated source is made from the slot shapes alone (argument names and integer
@@ -28,7 +28,10 @@ def _quoted(s: tuple[str, ...]) -> str:
 
 
 def compile_join(parts: Sequence[str | Slot]) -> Callable[..., str]:
-    """`f(n, i, o, s)`: the constant parts (strings) with each slot replaced by its argument."""
+    """`f(n, i, o, s)`: the constant parts (strings) with each slot replaced by its argument.
+
+    The function is one f-string (CPython builds it straight from its pieces, about twice as fast
+    as joining a tuple); the constant pieces are its default arguments."""
     consts: list[str] = []
     code: list[str] = []
     pending = ""
@@ -37,20 +40,21 @@ def compile_join(parts: Sequence[str | Slot]) -> Callable[..., str]:
             pending += part
             continue
         if pending:
-            code.append(f"C[{len(consts)}]")
+            code.append(f"{{C{len(consts)}}}")
             consts.append(pending)
             pending = ""
         what = part[0]
         if what in ("i", "o"):
-            code.append(f"{what}[{int(part[1])}]")  # type: ignore[misc]
+            code.append(f"{{{what}[{int(part[1])}]}}")  # type: ignore[misc]
         else:
-            code.append(_NAMES[what])
+            code.append(f"{{{_NAMES[what]}}}")
     if pending:
-        code.append(f"C[{len(consts)}]")
+        code.append(f"{{C{len(consts)}}}")
         consts.append(pending)
-    body = f"''.join(({', '.join(code)},))" if code else "''"
-    return eval(f"lambda n, i, o, s, C=C, _quoted=_quoted: {body}",  # noqa: S307 - see the module docstring
-                {"__builtins__": {}}, {"C": tuple(consts), "_quoted": _quoted})
+    defaults = "".join(f", C{k}=C[{k}]" for k in range(len(consts)))
+    body = f"f'{''.join(code)}'" if code else "''"
+    return eval(f"lambda n, i, o, s{defaults}, _quoted=_quoted: {body}",  # noqa: S307 - see the module docstring
+                {"__builtins__": {}, "C": tuple(consts), "_quoted": _quoted})
 
 
 _NOT_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_\n]")

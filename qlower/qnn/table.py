@@ -90,6 +90,9 @@ class QnnTable:
     op_params: dict[int, tuple[QnnTensor, ...]] = attrs.Factory(dict)  # op index -> its tensor params' tensors
     inputs: list[str] = attrs.Factory(list)
     outputs: list[str] = attrs.Factory(list)
+    # the tensors no op produces, by index, when the maker knows them (conversion does: a value's
+    # producer); None: the writers find them
+    unproduced: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.op_names)
