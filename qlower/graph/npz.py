@@ -59,6 +59,9 @@ def _members(buf: bytes | mmap.mmap) -> dict[str, _Member] | None:
         _, _, _, _, disk, cd_disk, _, count, size, offset = _EOCD64.unpack_from(buf, rec)
         if disk or cd_disk:
             return None
+    fast = _members_at_once(buf, count, size, offset)
+    if fast is not None:
+        return fast
     out: dict[str, _Member] = {}
     pos, stop = offset, offset + size
     unpack, hsize, member = _CENTRAL.unpack_from, _CENTRAL.size, _Member
@@ -82,6 +85,54 @@ def _members(buf: bytes | mmap.mmap) -> dict[str, _Member] | None:
     except (struct.error, UnicodeDecodeError):
         return None
     return out if pos <= stop else None
+
+
+def _members_at_once(buf: bytes | mmap.mmap, count: int, size: int, offset: int) -> dict[str, _Member] | None:
+    """`_members` for the common archive (what numpy and qlower write: no encryption, one disk, no
+    field left to a ZIP64 extra), with the central directory's fields read by numpy for all entries
+    at once; None when the archive is anything else (the entry-by-entry reading then decides)."""
+    if count == 0 or size < count * _CENTRAL.size or offset + size > len(buf):
+        return None
+    cd = np.frombuffer(buf, np.uint8, size, offset)
+    # where entries could start (a signature), then whether they chain from the first to the end
+    sig = np.flatnonzero((cd[:-3] == 0x50) & (cd[1:-2] == 0x4B) & (cd[2:-1] == 1) & (cd[3:] == 2))
+    if len(sig) < count or sig[0] != 0:
+        return None
+
+    def u16(at: int) -> np.ndarray:
+        return cd[sig + at].astype(np.int64) | (cd[sig + at + 1].astype(np.int64) << 8)
+
+    def u32(at: int) -> np.ndarray:
+        return u16(at) | (u16(at + 2) << 16)
+
+    if len(sig) != count:  # a name holds the signature's bytes: follow the chain entry by entry
+        return None
+    nlen, xlen, clen = u16(28), u16(30), u16(32)
+    ends = sig + _CENTRAL.size + nlen + xlen + clen
+    if not (np.array_equal(ends[:-1], sig[1:]) and int(ends[-1]) <= size):
+        return None
+    flags, method, disk = u16(8), u16(10), u16(34)
+    usize, csize, loff = u32(24), u32(20), u32(42)
+    if (flags & 1).any() or disk.any() or (usize == _FULL).any() or (csize == _FULL).any() or (loff == _FULL).any():
+        return None
+    out: dict[str, _Member] = {}
+    member = _Member
+    # the names as slices of one decoding of the directory: bytes as code points 0-255, which is
+    # ASCII names' text in either of zip's encodings (others are decoded from their bytes)
+    text = cd.tobytes().decode("latin-1")
+    starts = (sig + _CENTRAL.size).tolist()
+    try:
+        for at, n, f, m, lo, us in zip(starts, nlen.tolist(), flags.tolist(), method.tolist(), loff.tolist(),
+                                       usize.tolist()):
+            name = text[at:at + n]
+            if not name.isascii():
+                raw = name.encode("latin-1")
+                name = raw.decode("utf-8") if f & 0x800 else raw.decode("cp437")
+            if name[-4:] == ".npy":
+                out[name[:-4]] = member(name, m, lo, us)
+    except UnicodeDecodeError:
+        return None
+    return out
 
 
 def _zip64(buf: bytes, pos: int, length: int, *wanted: bool) -> tuple[int | None, ...] | None:

@@ -179,6 +179,7 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     # Per-call memos: most tensors share a handful of (dtype, shape) kinds and Quant objects, and
     # most ops a handful of (type, attributes, provenance, tensor kinds) kinds.
     plain: dict[tuple[int, int], int] = {}  # (id(dtype), id(shape)) of a plain activation -> its kind
+    general: dict[tuple, int] = {}  # the same, with the Quant's id and the role, for the other values
     keep: list[tuple] = []  # (the objects whose ids key `plain`, alive as long as it is)
     datatypes: dict[tuple[np.dtype, bool], DataType] = {}
     encodings: dict[tuple[int, np.dtype], tuple[Quant, QuantEncoding]] = {}
@@ -321,11 +322,29 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     # in execution order, then graph outputs not met before (found, and deduplicated, in C).
     tensors = list(dict.fromkeys(chain(graph.inputs, chain.from_iterable(chain.from_iterable(
         zip(operand_lists, result_lists))), graph.outputs)))
-    pget = plain.get  # (plain activations, the most, first: their kind by two ids, looked up in line)
+    # Their kinds, looked up in line by the identities of what decides a kind (the graph shares dtype,
+    # shape and Quant objects between its values): plain activations by dtype and shape, the others
+    # (constants, graph inputs and outputs, quantized values) by those and their role too; `kind_of`
+    # only for the first value of each key.
+    pget, gget = plain.get, general.get
     kinds = [pget((id(v.dtype), id(v.shape)), -1) if v.quant is None and v.data is None and not v.is_input
-             and not v.is_output else -1 for v in tensors]
+             and not v.is_output else gget((id(v.dtype), id(v.shape), id(v.quant), v.is_input, v.is_output,
+                                            v.data is None), -1) for v in tensors]
     if -1 in kinds:
-        kinds = [k if k >= 0 else kind_of(v) for k, v in zip(kinds, tensors)]
+        for i in [i for i, k in enumerate(kinds) if k < 0]:
+            v = tensors[i]
+            if v.quant is None and v.data is None and not v.is_input and not v.is_output:
+                kinds[i] = pget((id(v.dtype), id(v.shape)), -1)
+                if kinds[i] >= 0:
+                    continue
+                kinds[i] = kind_of(v)
+            else:
+                gkey = (id(v.dtype), id(v.shape), id(v.quant), v.is_input, v.is_output, v.data is None)
+                k = gget(gkey)
+                if k is None:
+                    k = general[gkey] = kind_of(v)
+                    keep.append((v.dtype, v.shape, v.quant))
+                kinds[i] = k
     table.tensor_names = list(map(_NAME, tensors))
     table.tensor_kind = kinds
     data_of = table.tensor_data
