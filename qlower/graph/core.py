@@ -15,13 +15,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import attrs
-import networkx as nx
 import numpy as np
 
 from qlower.graph.types import Quant
+
+if TYPE_CHECKING:
+    import networkx as nx  # (imported when the view is first built: a load-lower-write run never needs it)
 
 
 @attrs.define(eq=False, repr=False)
@@ -108,6 +110,8 @@ class Graph:
     def nx(self) -> nx.MultiDiGraph:
         """The networkx view; treat it as read-only (edit through Graph methods)."""
         if self._nx is None:
+            import networkx as nx
+
             g = nx.MultiDiGraph()
             _index(g, [*self._values.values(), *self._ops.values()])
             self._nx = g
@@ -423,6 +427,8 @@ def _index(g: nx.MultiDiGraph, items: list) -> None:
                 if r not in node:
                     node[r], succ[r], pred[r] = _NO_DATA, {}, {}
                 edge(x, r, i)
+    import networkx as nx
+
     nx._clear_cache(g)
 
 
