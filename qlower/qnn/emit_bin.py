@@ -278,7 +278,8 @@ def plan(graph: QnnGraph | QnnTable) -> Layout:
     writes: list[tuple[int, str]] = []
     reads: list[tuple[int, str]] = []
     io_kinds = {k for k, kind in enumerate(kinds) if kind.type is APP_WRITE or kind.type is APP_READ}
-    for i in [i for i, k in enumerate(kind_of) if k in io_kinds] if io_kinds else ():
+    at = np.flatnonzero(np.isin(np.fromiter(kind_of, np.int64, len(kind_of)), sorted(io_kinds))) if io_kinds else ()
+    for i in map(int, at):  # (the few graph input and output tensors, found in C)
         (writes if kinds[kind_of[i]].type is APP_WRITE else reads).append((i, names[i]))
     odd = [] if all_identifiers(names) else [n for n in names if not (n.isascii() and n.isidentifier())]
     io_tensors = {n: table.tensor(i) for i, n in (*writes, *reads)}
