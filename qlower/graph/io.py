@@ -250,6 +250,7 @@ class _Loader:
         g = Graph(doc.name)
         values, ops = g._values, g._ops  # noqa: SLF001 (a new graph, built here: see `tensors`)
         dtypes, make, make_op, plain = _DTYPES, Value, Op, _PLAIN
+        archives = self.archives
         seen: dict[tuple, tuple] = {}
         for name, t in doc.tensors.items():
             if not name:
@@ -258,9 +259,19 @@ class _Loader:
             dims = t.shape
             if dims is not None:
                 dims = seen.setdefault(dims, dims)  # one tuple per distinct shape
-            if t.quant is None and t.data is None:  # most tensors
-                values[name] = make(name, dtype, dims, owner=g)
-                continue
+            d = t.data
+            if t.quant is None:
+                if d is None:  # most tensors
+                    values[name] = make(name, dtype, dims, owner=g)
+                    continue
+                # a weight in an npz archive already open: its view, when it is what the entry says
+                # (anything else, and every problem, goes through `data`, which reports it)
+                if type(d) is dict and len(d) == 2 and (arch := archives.get(d.get("npz"))) is not None:
+                    arr = arch.get_stored(d.get("key"))
+                    if arr is not None and arr.dtype == dtype and arr.shape == dims:
+                        t.data = None
+                        values[name] = make(name, dtype, dims, None, arr, owner=g)
+                        continue
             shape = None if dims is None else list(dims)
             quant = None if t.quant is None else self.quant(name, t.quant, dtype, shape)
             t.quant = None  # (the Quant has the numbers: let the parsed lists go)

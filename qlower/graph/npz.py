@@ -164,7 +164,7 @@ class _Npz:
 
     buf: bytes | mmap.mmap
     members: dict[str, _Member]
-    headers: dict[bytes, tuple[np.dtype, tuple[int, ...]] | None] = attrs.Factory(dict)
+    headers: dict[bytes, tuple[np.dtype, tuple[int, ...], int] | None] = attrs.Factory(dict)
     _zip: zipfile.ZipFile | None = None
 
     @classmethod
@@ -199,6 +199,12 @@ class _Npz:
                 arr = np.lib.format.read_array(f, allow_pickle=False)
         return arr
 
+    def get_stored(self, key: object) -> np.ndarray | None:
+        """`get(key)` for a stored member of the usual layout; None for anything else (no such member,
+        compressed, unusual): `get` then reads it, or says what is wrong."""
+        info = self.members.get(key) if type(key) is str else None
+        return self._fast(info) if info is not None and info.compress_type == zipfile.ZIP_STORED else None
+
     def _fast(self, info: _Member) -> np.ndarray | None:
         buf, off = self.buf, info.header_offset
         if off + _LOCAL_HEADER.size > len(buf):
@@ -217,21 +223,22 @@ class _Npz:
             meta = self.headers[header] = _parse_npy_header(header)
         if meta is None:
             return None
-        dtype, shape = meta
-        count = math.prod(shape)
+        dtype, shape, nbytes = meta
         dstart = hstart + hlen
-        if dstart + count * dtype.itemsize > start + info.file_size:
+        if dstart + nbytes > start + info.file_size:
             return None
-        return np.frombuffer(buf, dtype, count, dstart).reshape(shape)  # read-only, like every constant
+        return np.ndarray(shape, dtype, buf, dstart)  # a read-only view, like every constant
 
 
-def _parse_npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...]] | None:
+def _parse_npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], int] | None:
+    """(dtype, shape, data bytes) of an `.npy` header, or None for one this reader leaves to numpy."""
     try:
         d = ast.literal_eval(header.decode("latin1"))
         dtype = np.dtype(d["descr"]) if type(d["descr"]) is str else None
         if dtype is None or dtype.hasobject or d["fortran_order"] or type(d["shape"]) is not tuple:
             return None
-        return dtype, tuple(int(x) for x in d["shape"])
+        shape = tuple(int(x) for x in d["shape"])
+        return dtype, shape, math.prod(shape) * dtype.itemsize
     except (ValueError, SyntaxError, TypeError, KeyError):
         return None
 
