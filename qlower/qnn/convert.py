@@ -355,9 +355,7 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
             data_of[i] = data if data.ndim else data.reshape(1)
     table.unproduced = [i for i, p in enumerate(map(_PRODUCER, tensors)) if p is None]
     kind_of_value = dict(zip(tensors, kinds)).__getitem__
-    op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
-                                                             table.op_outputs, table.op_sources)
-    name_of = _NAME
+    op_names, op_kind, op_sources = table.op_names, table.op_kind, table.op_sources
     kinds_of_ops: dict[tuple, int] = {}  # (op type, attributes, rule, input and output kinds) -> op kind
     for op, op_name, op_type, operands, results, prov, op_attrs in zip(
             order, map(_NAME, order), map(_TYPE, order), operand_lists, result_lists,
@@ -384,9 +382,10 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
                 kinds_of_ops[key] = k
         op_names.append(op_name)
         op_kind.append(k)
-        op_inputs.append(list(map(name_of, operands)))
-        op_outputs.append(list(map(name_of, results)))
         op_sources.append(sources)
+    # the ops' input and output names, each all in one list (in C)
+    table.op_input_names = list(map(_NAME, chain.from_iterable(operand_lists)))
+    table.op_output_names = list(map(_NAME, chain.from_iterable(result_lists)))
     table.inputs = [v.name for v in graph.inputs]
     table.outputs = [v.name for v in graph.outputs]
     return table

@@ -299,14 +299,17 @@ def plan(graph: QnnGraph | QnnTable) -> Layout:
     known: set[str] | None = None  # the tensor names, as a set when something needs it
     if any(UNKNOWN in kind.inputs or UNKNOWN in kind.outputs for kind in table.op_kinds):
         known = set(names)
-        for op_name, ins, outs in zip(op_names, table.op_inputs, table.op_outputs):
-            n = next((n for n in (*ins, *outs) if n not in known), None)
+        in_at, out_at = table.input_at(), table.output_at()
+        for i, op_name in enumerate(op_names):
+            n = next((n for n in (*table.inputs_of(i, in_at), *table.outputs_of(i, out_at)) if n not in known),
+                     None)
             if n is not None:
                 raise _fail(f"refers to tensor '{n}', which is not in the graph", f"node '{op_name}'")
     param_names: set[str] = set()
     param_tensors: list[QnnTensor] = []
+    at = (table.input_at(), table.output_at()) if table.op_params else (None, None)
     for i in sorted(table.op_params):
-        op = table.op(i)
+        op = table.op(i, *at)
         name, params = op.name, op.params
         if len(params) > 1 and len({p.name for p in params}) != len(params):
             raise _fail("has two params with the same name", f"node '{name}'")

@@ -300,6 +300,8 @@ class _Functions:
         self.tensor_templates: dict[int, tuple[list[str], tuple[tuple[int, int], ...]]] = {}
         self.node_templates: dict[int, tuple[list[str], tuple[tuple[int, int], ...]] | None] = {}
         self.index: dict[str, int] | None = None
+        self.input_at: list[int] | None = None  # (the table's offsets, found when first needed)
+        self.output_at: list[int] | None = None
 
     def tensor_at(self, i: int) -> str:
         """The `addTensor_` function of the table's tensor `i`."""
@@ -312,7 +314,7 @@ class _Functions:
             if join is None:
                 pieces, slots = self._tensor_template(k)
                 join = self.tensor_joins[k] = compile_join(_parts(pieces, slots, lambda a: _QUOTED[a]))
-            return join(table.tensor_names[i], None, None, None)
+            return join(table.tensor_names[i], None, 0, None, 0, None)
         template = self.tensor_templates.get(k)
         if template is None:
             template = self.tensor_templates[k] = self._tensor_template(k)
@@ -352,8 +354,10 @@ class _Functions:
         template = templates.get(k, False) if self.use_templates else None
         if template is False:
             template = templates[k] = self._template(table.op_kinds[k])
+        if self.input_at is None:
+            self.input_at, self.output_at = table.input_at(), table.output_at()
         if template is None:
-            op = table.op(i)
+            op = table.op(i, self.input_at, self.output_at)
             if self.index is None:
                 self.index = {n: j for j, n in enumerate(table.tensor_names)}
             return self.node(op, {n: table.tensor(self.index[n]) for n in op.outputs})
@@ -361,9 +365,9 @@ class _Functions:
         name = table.op_names[i]
         nc = renamed_nodes.get(name)
         args = [name, f'"{name}"'] if nc is None else [nc, cstr(name)]
-        for n in table.op_inputs[i]:
+        for n in table.inputs_of(i, self.input_at):
             args.append(f'"{n}"' if n not in renamed else cstr(n))
-        for n in table.op_outputs[i]:
+        for n in table.outputs_of(i, self.output_at):
             c = renamed.get(n)
             args += (n, f'"{n}"') if c is None else (c, cstr(n))
         text, slots = template
@@ -513,7 +517,7 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
     if table.unproduced is not None:  # tensor name -> index, for those no op outputs
         unproduced = {names[i]: i for i in table.unproduced}
     else:
-        produced = set(chain.from_iterable(table.op_outputs))  # (the op outputs, flattened in C)
+        produced = set(table.op_output_names)
         unproduced = dict(zip(names, range(len(names))))
         deque(map(unproduced.pop, produced, repeat(None)), maxlen=0)  # (removed in C)
     fn = _Functions(layout, table, templates)
@@ -526,32 +530,32 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
     out.flush()
     pending = unproduced.keys() - set(first)
     joins = fn.node_joins_of() if fn.plain else [None] * len(table.op_kinds)
-    op_names, op_kind, op_inputs, op_outputs = table.op_names, table.op_kind, table.op_inputs, table.op_outputs
+    op_names, op_kind = table.op_names, table.op_kind
+    ins, outs, in_at, out_at = table.op_input_names, table.op_output_names, table.input_at(), table.output_at()
     every_join = None not in joins
     disjoint = pending.isdisjoint
     for a in range(0, len(op_names), _CHUNK):
         b = min(a + _CHUNK, len(op_names))
-        # the ops of this chunk that need tensor functions first (the test runs in C; each such op then
+        # the ops of this chunk that need tensor functions first (the tests run in C; each such op then
         # takes, in order, the tensors no earlier op took)
         texts: dict[int, str] = {}
-        if pending:
-            for i in [i for i, ins in zip(range(a, b), op_inputs[a:b]) if not disjoint(ins)]:
-                new = [n for n in dict.fromkeys(op_inputs[i]) if n in pending]
+        if pending and not disjoint(ins[in_at[a]:in_at[b]]):
+            for i in [i for i, p, q in zip(range(a, b), in_at[a:b], in_at[a + 1:b + 1]) if not disjoint(ins[p:q])]:
+                new = [n for n in dict.fromkeys(ins[in_at[i]:in_at[i + 1]]) if n in pending]
                 if new:
                     pending.difference_update(new)
                     before[i] = new
                     texts[i] = "".join([tensor_fn(unproduced[n]) for n in new])
         if every_join:  # each node one compiled join, its tensor functions (if any) before it
             get = texts.get
-            add("".join([f"{get(i, '')}{joins[k](n, ins, outs, None)}" for i, n, k, ins, outs in zip(
-                range(a, b), op_names[a:b], op_kind[a:b], op_inputs[a:b], op_outputs[a:b])]))
+            add("".join([f"{get(i, '')}{joins[k](n, ins, p, outs, q, None)}" for i, n, k, p, q in zip(
+                range(a, b), op_names[a:b], op_kind[a:b], in_at[a:b], out_at[a:b])]))
         else:
-            for i, name, k, ins, outs in zip(range(a, b), op_names[a:b], op_kind[a:b], op_inputs[a:b],
-                                             op_outputs[a:b]):
+            for i, name, k, p, q in zip(range(a, b), op_names[a:b], op_kind[a:b], in_at[a:b], out_at[a:b]):
                 if i in texts:
                     add(texts[i])
                 join = joins[k]
-                add(join(name, ins, outs, None) if join is not None else node_fn(i))
+                add(join(name, ins, p, outs, q, None) if join is not None else node_fn(i))
         out.flush()
     last = [n for n in unproduced if n in pending]  # (op outputs are graph tensors) those left
     for n in last:

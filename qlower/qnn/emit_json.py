@@ -319,8 +319,8 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
                 if kind.type is not TensorType.NATIVE and kind.type is not TensorType.STATIC}
     io_ids = layout.io_ids
     names, kind_of = table.tensor_names, table.tensor_kind
-    op_names, op_kind, op_inputs, op_outputs, op_sources = (table.op_names, table.op_kind, table.op_inputs,
-                                                             table.op_outputs, table.op_sources)
+    op_names, op_kind, op_sources = table.op_names, table.op_kind, table.op_sources
+    ins, outs, in_at, out_at = table.op_input_names, table.op_output_names, table.input_at(), table.output_at()
     # every name its own JSON string: no per-name escaping, and a node's line is one join
     plain = all_plain_json(names) and all_plain_json(op_names) and all_plain_json(
         list(chain.from_iterable(op_sources)))
@@ -344,17 +344,19 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
     for a in range(0, len(op_names), _CHUNK):
         b = min(a + _CHUNK, len(op_names))
         if plain and all(joins[k] is not None for k in set(op_kind[a:b])):
-            lines = [joins[k](n, i, o, s) for n, k, i, o, s in zip(op_names[a:b], op_kind[a:b], op_inputs[a:b],
-                                                                   op_outputs[a:b], op_sources[a:b])]
+            lines = [joins[k](n, ins, i, outs, o, s) for n, k, i, o, s in zip(
+                op_names[a:b], op_kind[a:b], in_at[a:b], out_at[a:b], op_sources[a:b])]
         else:
             lines = []
             for i in range(a, b):
                 h = heads[op_kind[i]]
                 if h is None:
-                    text, next_id = _node_line(table.op(i), next_id, line, tail, own_macs[i], scalars)
+                    text, next_id = _node_line(table.op(i, in_at, out_at), next_id, line, tail, own_macs[i],
+                                               scalars)
                     lines.append(text)
                 else:
-                    lines.append(_node_text(h, op_names[i], op_inputs[i], op_outputs[i], op_sources[i]))
+                    lines.append(_node_text(h, op_names[i], ins[in_at[i]:in_at[i + 1]],
+                                            outs[out_at[i]:out_at[i + 1]], op_sources[i]))
         out.lines(lines, a == 0)
     add("\n    }\n  }\n}\n")
     out.flush()

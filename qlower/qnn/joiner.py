@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 # A slot: ("n",) the node's (or tensor's) name, ("i", k) input k's, ("o", k) output k's,
 # ("s",) the names of `s` as a list of C or JSON strings without its brackets (`"a", "b"`).
 Slot = tuple[str] | tuple[str, int]
-_NAMES = {"n": "n", "i": "i", "o": "o", "s": "_quoted(s)"}
+_NAMES = {"n": "n", "s": "_quoted(s)"}
+_AT = {"i": ("I", "a"), "o": ("O", "b")}  # an op's k-th input is I[a + k], its k-th output O[b + k]
 
 
 def _quoted(s: tuple[str, ...]) -> str:
@@ -28,7 +29,8 @@ def _quoted(s: tuple[str, ...]) -> str:
 
 
 def compile_join(parts: Sequence[str | Slot]) -> Callable[..., str]:
-    """`f(n, i, o, s)`: the constant parts (strings) with each slot replaced by its argument.
+    """`f(n, I, a, O, b, s)`: the constant parts (strings) with each slot replaced by its argument: `n`,
+    input k `I[a + k]`, output k `O[b + k]` (a table's flat name lists and the op's offsets), `s`.
 
     The function is one f-string (CPython builds it straight from its pieces, about twice as fast
     as joining a tuple); the constant pieces are its default arguments."""
@@ -44,8 +46,10 @@ def compile_join(parts: Sequence[str | Slot]) -> Callable[..., str]:
             consts.append(pending)
             pending = ""
         what = part[0]
-        if what in ("i", "o"):
-            code.append(f"{{{what}[{int(part[1])}]}}")  # type: ignore[misc]
+        if what in _AT:
+            names, at = _AT[what]
+            k = int(part[1])  # type: ignore[misc]
+            code.append(f"{{{names}[{at} + {k}]}}" if k else f"{{{names}[{at}]}}")
         else:
             code.append(f"{{{_NAMES[what]}}}")
     if pending:
@@ -53,7 +57,7 @@ def compile_join(parts: Sequence[str | Slot]) -> Callable[..., str]:
         consts.append(pending)
     defaults = "".join(f", C{k}=C[{k}]" for k in range(len(consts)))
     body = f"f'{''.join(code)}'" if code else "''"
-    return eval(f"lambda n, i, o, s{defaults}, _quoted=_quoted: {body}",  # noqa: S307 - see the module docstring
+    return eval(f"lambda n, I, a, O, b, s{defaults}, _quoted=_quoted: {body}",  # noqa: S307 - see the module docstring
                 {"__builtins__": {}, "C": tuple(consts), "_quoted": _quoted})
 
 

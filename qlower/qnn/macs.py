@@ -216,9 +216,10 @@ def op_kind_macs(t: QnnTable, table: Mapping[str, Formula] | None = None
     own: dict[int, int] = {}
     if t.op_params:
         index = {n: j for j, n in enumerate(t.tensor_names)}
+        at = (t.input_at(), t.output_at())
         for i in t.op_params:
             if per_kind[t.op_kind[i]] is None:
-                op = t.op(i)
+                op = t.op(i, *at)
                 tensors = {n: t.tensor(index[n]) for n in (*op.inputs, *op.outputs) if n in index}
                 own[i] = op_macs(op, tensors, formulas)
     return per_kind, own

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 
 from qlower.qnn.datatypes import DataType
 from qlower.qnn.model import (OpConfig, Origin, Param, QnnGraph, QnnTensor, QuantEncoding, ScalarParam,
@@ -84,8 +85,10 @@ class QnnTable:
     tensor_data: dict[int, Any] = attrs.Factory(dict)  # tensor index -> data (static tensors)
     op_names: list[str] = attrs.Factory(list)
     op_kind: list[int] = attrs.Factory(list)
-    op_inputs: list[list[str]] = attrs.Factory(list)
-    op_outputs: list[list[str]] = attrs.Factory(list)
+    # every op's input (output) names in one list, op after op: how many an op has is its kind's
+    # (`input_at`/`output_at` give where each op's start); no list per op to make, keep or touch
+    op_input_names: list[str] = attrs.Factory(list)
+    op_output_names: list[str] = attrs.Factory(list)
     op_sources: list[tuple[str, ...]] = attrs.Factory(list)  # the Origin's source nodes (() without one)
     op_params: dict[int, tuple[QnnTensor, ...]] = attrs.Factory(dict)  # op index -> its tensor params' tensors
     inputs: list[str] = attrs.Factory(list)
@@ -106,17 +109,43 @@ class QnnTable:
             kind = kinds[k]
             yield QnnTensor(name, kind.type, kind.datatype, kind.dims, kind.encoding, data.get(i))
 
-    def op(self, i: int) -> OpConfig:
-        """Op config `i` as an object (a new one each call)."""
+    def input_at(self) -> list[int]:
+        """Where each op's input names start in `op_input_names`, and (last) where they end."""
+        return _offsets([len(kind.inputs) for kind in self.op_kinds], self.op_kind)
+
+    def output_at(self) -> list[int]:
+        """Where each op's output names start in `op_output_names`, and (last) where they end."""
+        return _offsets([len(kind.outputs) for kind in self.op_kinds], self.op_kind)
+
+    def inputs_of(self, i: int, at: Sequence[int] | None = None) -> list[str]:
+        """Op `i`'s input names (`at`: `input_at()`, when the caller has it)."""
+        if at is None:
+            at = [sum(len(self.op_kinds[k].inputs) for k in self.op_kind[:i])]
+            at.append(at[0] + len(self.op_kinds[self.op_kind[i]].inputs))
+            return self.op_input_names[at[0]:at[1]]
+        return self.op_input_names[at[i]:at[i + 1]]
+
+    def outputs_of(self, i: int, at: Sequence[int] | None = None) -> list[str]:
+        """Op `i`'s output names (`at`: `output_at()`, when the caller has it)."""
+        if at is None:
+            at = [sum(len(self.op_kinds[k].outputs) for k in self.op_kind[:i])]
+            at.append(at[0] + len(self.op_kinds[self.op_kind[i]].outputs))
+            return self.op_output_names[at[0]:at[1]]
+        return self.op_output_names[at[i]:at[i + 1]]
+
+    def op(self, i: int, input_at: Sequence[int] | None = None, output_at: Sequence[int] | None = None) -> OpConfig:
+        """Op config `i` as an object (a new one each call; pass `input_at()`/`output_at()` when asking
+        for many)."""
         kind = self.op_kinds[self.op_kind[i]]
-        return _op_config(kind, self.op_names[i], self.op_inputs[i], self.op_outputs[i], self.op_sources[i],
-                          self.op_params.get(i))
+        return _op_config(kind, self.op_names[i], self.inputs_of(i, input_at), self.outputs_of(i, output_at),
+                          self.op_sources[i], self.op_params.get(i))
 
     def ops(self) -> Iterator[OpConfig]:
         kinds, params = self.op_kinds, self.op_params
-        for i, (name, k, ins, outs, srcs) in enumerate(zip(self.op_names, self.op_kind, self.op_inputs,
-                                                            self.op_outputs, self.op_sources)):
-            yield _op_config(kinds[k], name, ins, outs, srcs, params.get(i))
+        ins, outs = self.op_input_names, self.op_output_names
+        a, b = self.input_at(), self.output_at()
+        for i, (name, k, srcs) in enumerate(zip(self.op_names, self.op_kind, self.op_sources)):
+            yield _op_config(kinds[k], name, ins[a[i]:a[i + 1]], outs[b[i]:b[i + 1]], srcs, params.get(i))
 
     def graph(self) -> QnnGraph:
         """The table as a `QnnGraph` (new objects; the names lists are the table's own)."""
@@ -137,6 +166,15 @@ class QnnTable:
             if n:
                 out[kind.type] = out.get(kind.type, 0) + n
         return dict(sorted(out.items()))
+
+
+def _offsets(per_kind: list[int], op_kind: list[int]) -> list[int]:
+    """Running totals of the ops' counts (a count per kind): where each op's names start, then the end."""
+    counts = np.asarray(per_kind, dtype=np.int64)[np.asarray(op_kind, dtype=np.int64)] if op_kind else \
+        np.zeros(0, np.int64)
+    out = np.zeros(len(op_kind) + 1, np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out.tolist()
 
 
 def _op_config(kind: OpKind, name: str, inputs: list[str], outputs: list[str], sources: tuple[str, ...],
@@ -248,8 +286,8 @@ def table_of(graph: QnnGraph) -> QnnTable:
             None if o is None else o.rule, None if o is None else o.location, o is not None))
         table.op_names.append(op.name)
         table.op_kind.append(k)
-        table.op_inputs.append(op.inputs)
-        table.op_outputs.append(op.outputs)
+        table.op_input_names += op.inputs
+        table.op_output_names += op.outputs
         table.op_sources.append(o.sources if o is not None else ())
         if any(type(p) is TensorParam for p in op.params):
             table.op_params[i] = tuple(p.tensor for p in op.params if type(p) is TensorParam)

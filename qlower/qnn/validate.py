@@ -116,10 +116,11 @@ class _Validator:
         per_data: dict[tuple, tuple[Diagnostic, ...] | None] = {}
         index: dict[str, int] | None = None
         op_kind = table.op_kind
+        at = (table.input_at(), table.output_at())
         for i in [i for i, k in enumerate(op_kind) if k in bad]:  # (the filter runs in C)
             k = op_kind[i]
             f = found[k]
-            op = table.op(i)
+            op = table.op(i, *at)
             if f is _OWN:
                 key = _data_key(k, table.op_params.get(i, ()))
                 f = per_data.get(key) if key is not None else None

@@ -61,7 +61,9 @@ def test_compile_join_fills_each_slot(parts, n, ins, outs, srcs) -> None:
             return ", ".join(f'"{x}"' for x in srcs)
         return {"n": n, "i": ins, "o": outs}[p[0]] if len(p) == 1 else {"i": ins, "o": outs}[p[0]][p[1]]
 
-    assert compile_join(parts)(n, ins, outs, tuple(srcs)) == "".join(map(value, parts))
+    # the op's names sit in flat lists after other ops' names, at its offsets
+    flat_in, flat_out = ["x", "y", *ins, "z"], ["u", *outs]
+    assert compile_join(parts)(n, flat_in, 2, flat_out, 1, tuple(srcs)) == "".join(map(value, parts))
 
 
 # ------------------------------------------------------------------ the table
