@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import attrs
+import msgspec
 import numpy as np
 
 from qlower.graph.types import Quant
@@ -26,22 +26,27 @@ if TYPE_CHECKING:
     import networkx as nx  # (imported when the view is first built: a load-lower-write run never needs it)
 
 
-@attrs.define(eq=False, repr=False)
-class Value:
-    """A tensor: dtype, shape, optional encoding and constant data."""
+class Value(msgspec.Struct, eq=False, forbid_unknown_fields=True):
+    """A tensor: dtype, shape, optional encoding and constant data.
 
-    name: str
-    dtype: np.dtype
-    shape: tuple[int, ...] | None
-    quant: Quant | None = None
-    data: np.ndarray | None = None
-    producer: Op | None = None
-    users: list[tuple[Op, int]] = attrs.Factory(list)
+    `Value` and `Op` are `msgspec` structs rather than `attrs` classes, the project's usual choice:
+    the loader of big graph files decodes a file's tensors and nodes straight into them (see
+    `qlower.graph.io`), which spares a million-op graph a second set of objects. Each field
+    after `shape` is the graph's bookkeeping, not something a file says."""
+
+    # (annotations are what a file holds, which the loader decodes: a dtype name, lists of names)
+    name: str = ""
+    dtype: Any = None  # np.dtype
+    shape: tuple[int, ...] | None = None
+    quant: Any = None  # Quant | None
+    data: Any = None  # np.ndarray | LazyArray | None
+    producer: Any = None  # Op | None
+    users: list[Any] = msgspec.field(default_factory=list)  # (Op, operand index) pairs
     is_input: bool = False
     is_output: bool = False
     # the graph that holds it (None once removed): membership in one attribute read, which is
     # what `qlower.graph.check` asks of every operand of a million-op graph
-    owner: Graph | None = None
+    owner: Any = None  # Graph | None
 
     @property
     def use_count(self) -> int:
@@ -69,18 +74,19 @@ class Provenance(NamedTuple):
         return f"rule {self.rule} at {self.location}"
 
 
-@attrs.define(eq=False, repr=False)
-class Op:
-    """An operation of some dialect (`mllm.Repeat`, `qnn.Tile`)."""
+class Op(msgspec.Struct, eq=False, forbid_unknown_fields=True,
+         rename={"type": "op", "operands": "inputs", "results": "outputs"}):
+    """An operation of some dialect (`mllm.Repeat`, `qnn.Tile`); a struct for the reason `Value` is one
+    (a graph file's node keys `op`, `inputs`, `outputs` name `type`, `operands`, `results`)."""
 
-    name: str
-    type: str
-    attrs: dict[str, Any]
-    operands: list[Value | None]
-    results: list[Value]
-    provenance: Provenance | None = None
+    name: str = ""
+    type: str = ""
+    attrs: dict[str, Any] = {}
+    operands: list[Any] = []  # Value | None
+    results: list[Any] = []  # Value
+    provenance: Any = None  # Provenance | None
     dead: bool = False
-    owner: Graph | None = None  # the graph that holds it (None once removed), as for `Value`
+    owner: Any = None  # the graph that holds it (None once removed), as for `Value`
 
     @property
     def dialect(self) -> str:

@@ -6,36 +6,32 @@ built. Constant data is inline nested lists or a reference into an npz archive
 next to the JSON; each archive is opened once, on first reference, and
 uncompressed members are sliced straight out of the file bytes.
 
-Big files take a typed path when msgspec is installed: the JSON is decoded
-straight into small structs of the format's shape (no dict per tensor and node:
-on the 1M-op benchmark graph the decode takes ~40% less time and the load's peak
-RSS is 0.35 GB lower) and built without error reporting. Anything it does not take as is (a type or semantic error, NaN, a
-lone surrogate) makes it give up, and the general path, which reports every
+Big files take a typed path: msgspec decodes the JSON straight into the graph's
+own `Value` and `Op` structs (no dict per tensor and node in between), and the
+loader resolves names and sets the bookkeeping fields, without error reporting.
+Anything it does not take as is (a type or semantic error, NaN, a lone
+surrogate) makes it give up, and the general path, which reports every
 problem with its location, loads the file instead; both build the same graph.
 """
 
 from __future__ import annotations
 
-import enum
 import gc
 import json
 import math
 import re
 import zipfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import attrs
+import msgspec
 import numpy as np
 
 try:
     import orjson as _orjson
 except ImportError:  # optional: `pip install qlower[fast]`
     _orjson = None
-try:
-    import msgspec as _msgspec
-except ImportError:  # optional: `pip install qlower[fast]`
-    _msgspec = None
 
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
 from qlower.graph.core import Graph, Op, Value
@@ -58,35 +54,46 @@ _TYPED_MIN = 1 << 20  # characters: below this the general path is as fast
 _INTS = frozenset({int})
 _MISSING: Any = object()  # (an unknown name, where None means an absent input)
 
-if _msgspec is not None:
-    # dtype names as one shared object each (a million tensors name a handful of dtypes); a name
-    # that is not one makes the typed decode fail, and the general path report it
-    _DTypeName = enum.Enum("_DTypeName", {n: n for n in sorted(DTYPE_NAMES)})  # type: ignore[misc]
+_UNSET = msgspec.UNSET
 
-    class _TensorEntry(_msgspec.Struct, forbid_unknown_fields=True, gc=False):
-        """A `tensors` entry as the typed path decodes it (what the general path checks key by key)."""
 
-        dtype: _DTypeName
-        shape: tuple[Annotated[int, _msgspec.Meta(ge=0)], ...] | None = None
-        quant: Any = None
-        data: Any = None
+class _FileValue(Value, forbid_unknown_fields=True):
+    """A `tensors` entry decoded straight into a `Value`. Its bookkeeping fields start UNSET, so that
+    a file that names one (a key the format does not have) is told apart and given to the general
+    path, which reports it; `load_typed` then sets them."""
 
-    class _NodeEntry(_msgspec.Struct, forbid_unknown_fields=True, gc=False):
-        name: str
-        op: str
-        inputs: list[str]
-        outputs: list[str]
-        attrs: dict[str, Any] = {}  # (msgspec gives each node its own)
+    name: Any = _UNSET
+    producer: Any = _UNSET
+    users: Any = _UNSET
+    is_input: Any = _UNSET
+    is_output: Any = _UNSET
+    owner: Any = _UNSET
 
-    class _Document(_msgspec.Struct, forbid_unknown_fields=True, gc=False):
-        format: str
-        inputs: list[str]
-        outputs: list[str]
-        tensors: dict[str, _TensorEntry]
-        nodes: list[_NodeEntry]
-        name: str = "graph"
 
-    _TYPED = _msgspec.json.Decoder(_Document)
+class _FileOp(Op, forbid_unknown_fields=True):
+    """A `nodes` entry decoded straight into an `Op` (bookkeeping fields as for `_FileValue`; its
+    operand and result lists hold names until `load_typed` resolves them, "" for an absent input)."""
+
+    operands: list[str] = []
+    results: list[str] = []
+    provenance: Any = _UNSET
+    dead: Any = _UNSET
+    owner: Any = _UNSET
+
+
+class _Document(msgspec.Struct, forbid_unknown_fields=True):
+    """A graph file as the typed path decodes it: tensors straight into `Value`s and nodes into `Op`s
+    (their names and name lists still to be resolved; see `_Loader.load_typed`)."""
+
+    format: str
+    inputs: list[str]
+    outputs: list[str]
+    tensors: dict[str, _FileValue]
+    nodes: list[_FileOp]
+    name: str = "graph"
+
+
+_TYPED = msgspec.json.Decoder(_Document)
 
 
 # ------------------------------------------------------------------ loading
@@ -123,10 +130,10 @@ def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<s
     gc.disable()  # a load allocates millions of acyclic objects; cyclic GC passes would dominate
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     try:
-        if _msgspec is not None and len(text) >= _TYPED_MIN:
+        if len(text) >= _TYPED_MIN:
             try:
                 typed = _TYPED.decode(text)
-            except _msgspec.DecodeError:  # (ValidationError is one) the general path says what is wrong
+            except msgspec.DecodeError:  # (ValidationError is one) the general path says what is wrong
                 typed = None
             g = None if typed is None else _Loader(text, file, base).load_typed(typed)
             del typed
@@ -249,46 +256,55 @@ class _Loader:
             return None
         g = Graph(doc.name)
         values, ops = g._values, g._ops  # noqa: SLF001 (a new graph, built here: see `tensors`)
-        dtypes, make, make_op, plain = _DTYPES, Value, Op, _PLAIN
+        dtypes, plain, unset = _DTYPES, _PLAIN, _UNSET
         archives = self.archives
         seen: dict[tuple, tuple] = {}
-        for name, t in doc.tensors.items():
-            if not name:
+        for name, v in doc.tensors.items():
+            if (not name or v.name is not unset or v.producer is not unset or v.users is not unset
+                    or v.is_input is not unset or v.is_output is not unset or v.owner is not unset):
+                return None  # (a key the format does not have)
+            dtype = dtypes.get(v.dtype) if type(v.dtype) is str else None
+            if dtype is None:
                 return None
-            dtype = dtypes[t.dtype._value_]  # (by the member's string: Enum hashes members in Python)
-            dims = t.shape
+            dims = v.shape
             if dims is not None:
-                dims = seen.setdefault(dims, dims)  # one tuple per distinct shape
-            d = t.data
-            if t.quant is None:
+                shared = seen.get(dims)
+                if shared is None:
+                    if dims and min(dims) < 0:
+                        return None
+                    shared = seen[dims] = dims
+                dims = shared  # one tuple per distinct shape
+            v.name, v.dtype, v.shape = name, dtype, dims
+            v.producer, v.users, v.is_input, v.is_output, v.owner = None, [], False, False, g
+            values[name] = v
+            d = v.data
+            if v.quant is None:
                 if d is None:  # most tensors
-                    values[name] = make(name, dtype, dims, owner=g)
                     continue
                 # a weight in an npz archive already open: its view, when it is what the entry says
                 # (anything else, and every problem, goes through `data`, which reports it)
                 if type(d) is dict and len(d) == 2 and (arch := archives.get(d.get("npz"))) is not None:
                     arr = arch.get_stored(d.get("key"))
                     if arr is not None and arr.dtype == dtype and arr.shape == dims:
-                        t.data = None
-                        values[name] = make(name, dtype, dims, None, arr, owner=g)
+                        v.data = arr
                         continue
             shape = None if dims is None else list(dims)
-            quant = None if t.quant is None else self.quant(name, t.quant, dtype, shape)
-            t.quant = None  # (the Quant has the numbers: let the parsed lists go)
-            data = None if t.data is None else self.data(name, t.data, dtype, shape)
-            t.data = None
+            if v.quant is not None:
+                v.quant = self.quant(name, v.quant, dtype, shape)
+            if d is not None:
+                v.data = self.data(name, d, dtype, shape)
             if self.errors:
                 return None
-            values[name] = make(name, dtype, dims, quant, data, owner=g)
         get = values.get
         types: dict[str, str] = {}
-        for n in doc.nodes:
-            name, op_type, ins, outs, attrs_ = n.name, n.op, n.inputs, n.outputs, n.attrs
-            if not name or name in ops or "." not in op_type:
+        for op in doc.nodes:
+            name, op_type, ins, outs = op.name, op.type, op.operands, op.results
+            if (not name or name in ops or "." not in op_type or op.provenance is not unset
+                    or op.dead is not unset or op.owner is not unset):
                 return None
             if len(outs) > 1 and len(set(outs)) != len(outs):
                 return None
-            # the decoded name lists become the op's value lists (in place: no second list per node)
+            # the decoded name lists become the op's value lists (in place)
             if "" in ins:  # absent optional inputs
                 ins[:] = [None if x == "" else get(x, _MISSING) for x in ins]
                 if _MISSING in ins:
@@ -303,10 +319,14 @@ class _Loader:
             for r in outs:
                 if r.producer is not None:
                     return None
-            for v in attrs_.values():
-                if type(v) not in plain and not _plain_list(v):
-                    return None
-            _wire(make_op(name, types.setdefault(op_type, op_type), attrs_, ins, outs, owner=g), ops)
+            attrs_ = op.attrs
+            if attrs_:
+                for a in attrs_.values():
+                    if type(a) not in plain and not _plain_list(a):
+                        return None
+            op.type = types.setdefault(op_type, op_type)
+            op.provenance, op.dead, op.owner = None, False, g
+            _wire(op, ops)
         ins = self.io_list(values, doc.inputs, "input")
         outs = self.io_list(values, doc.outputs, "output")
         if self.errors or any(v.producer is not None for v in ins):
