@@ -325,26 +325,19 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     # Their kinds, looked up in line by the identities of what decides a kind (the graph shares dtype,
     # shape and Quant objects between its values): plain activations by dtype and shape, the others
     # (constants, graph inputs and outputs, quantized values) by those and their role too; `kind_of`
-    # only for the first value of each key.
+    # (which memoizes plain ones) and `other_kind` only for the first value of each key.
     pget, gget = plain.get, general.get
-    kinds = [pget((id(v.dtype), id(v.shape)), -1) if v.quant is None and v.data is None and not v.is_input
-             and not v.is_output else gget((id(v.dtype), id(v.shape), id(v.quant), v.is_input, v.is_output,
-                                            v.data is None), -1) for v in tensors]
-    if -1 in kinds:
-        for i in [i for i, k in enumerate(kinds) if k < 0]:
-            v = tensors[i]
-            if v.quant is None and v.data is None and not v.is_input and not v.is_output:
-                kinds[i] = pget((id(v.dtype), id(v.shape)), -1)
-                if kinds[i] >= 0:
-                    continue
-                kinds[i] = kind_of(v)
-            else:
-                gkey = (id(v.dtype), id(v.shape), id(v.quant), v.is_input, v.is_output, v.data is None)
-                k = gget(gkey)
-                if k is None:
-                    k = general[gkey] = kind_of(v)
-                    keep.append((v.dtype, v.shape, v.quant))
-                kinds[i] = k
+
+    def other_kind(v: Value, gkey: tuple) -> int:
+        k = general[gkey] = kind_of(v)
+        keep.append((v.dtype, v.shape, v.quant))
+        return k
+
+    kinds = [(k if (k := pget((id(v.dtype), id(v.shape)))) is not None else kind_of(v))
+             if v.quant is None and v.data is None and not v.is_input and not v.is_output else
+             (k if (k := gget(gkey := (id(v.dtype), id(v.shape), id(v.quant), v.is_input, v.is_output,
+                                       v.data is None))) is not None else other_kind(v, gkey))
+             for v in tensors]
     table.tensor_names = list(map(_NAME, tensors))
     table.tensor_kind = kinds
     data_of = table.tensor_data
