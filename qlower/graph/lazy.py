@@ -6,7 +6,8 @@ it (`np.asarray`, any numpy function or operator, any ndarray attribute)
 reads the file then and returns a fresh array that the caller owns, so the
 bytes live only as long as that use. `astype` and `reshape` are recorded, not
 done, which is how lowering retypes a model's weights to float16 without
-holding them. Writers that can take data in pieces (`chunks`) get it a slice
+holding them; `map` records an elementwise conversion the same way (float16's
+saturation). Writers that can take data in pieces (`chunks`) get it a slice
 of rows at a time, so even the largest tensor is never whole in memory.
 
 Sources: `.npy` files (memory-mapped) and tensors in `.safetensors` files
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,12 +171,20 @@ class LazyArray(NDArrayOperatorsMixin):
             return self
         return LazyArray(self.source, self.dtype, new, self.steps + (("reshape", new),), self.origin)
 
+    def map(self, convert: Callable[[np.ndarray], np.ndarray], dtype: Any) -> LazyArray:
+        """`convert(data)`, recorded: an elementwise conversion to `dtype` (applied to the whole array
+        when read, to each piece by `chunks`, so it must not look at neighbours)."""
+        return LazyArray(self.source, np.dtype(dtype), self.shape, self.steps + (("map", convert),), self.origin)
+
     # ------------------------------------------------------------ reading
     def read(self) -> np.ndarray:
         """The data, read now; the caller owns (and drops) the array."""
         arr = self.source.read()
         for kind, arg in self.steps:
-            arr = arr.astype(arg) if kind == "astype" else arr.reshape(arg)
+            if kind == "reshape":
+                arr = arr.reshape(arg)
+            else:
+                arr = _convert(arr, kind, arg)
         return arr
 
     def chunks(self, max_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
@@ -190,8 +199,8 @@ class LazyArray(NDArrayOperatorsMixin):
         for i in range(0, origin[0], step):
             part = self.source.rows(i, min(origin[0], i + step))
             for kind, arg in self.steps:
-                if kind == "astype":
-                    part = part.astype(arg)
+                if kind != "reshape":  # (reshapes keep C order: nothing to do to a flat piece)
+                    part = _convert(part, kind, arg)
             yield part.reshape(-1)
             del part
 
@@ -224,6 +233,11 @@ class LazyArray(NDArrayOperatorsMixin):
 
     def __int__(self) -> int:
         return int(self.read())
+
+
+def _convert(arr: np.ndarray, kind: str, arg: Any) -> np.ndarray:
+    """One recorded elementwise step: `astype` to a dtype or `map` through a function."""
+    return arr.astype(arg) if kind == "astype" else arg(arr)
 
 
 def _resolve(size: int, shape: tuple[Any, ...]) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from qlower.graph.core import Graph, Provenance
+from qlower.graph.lazy import LazyArray
 from qlower.qnn.datatypes import DataType
 
 _F32 = np.dtype("float32")
@@ -61,7 +62,9 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
         if _keeps_f32(v, registry, backend):
             continue
         v.dtype = _F16
-        if v.data is not None:
+        if isinstance(v.data, LazyArray):  # by reference: converted when written, a piece at a time
+            v.data = v.data.map(_saturate_f16, _F16)
+        elif v.data is not None:
             v.data = _saturate_f16(v.data)
         changed += 1
     for v in list(graph.inputs):

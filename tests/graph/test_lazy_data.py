@@ -9,6 +9,8 @@ import weakref
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
 import qlower
@@ -126,9 +128,58 @@ def test_lowering_holds_at_most_one_weight_at_a_time(tmp_path, monkeypatch):
     rules = qlower.load_rules(packs=["mllm"])
     res = qlower.lower(load_graph(path), rules, backend="htp")
     res.raise_for_errors()
+    # lowering for HTP retypes the float32 weights to float16 (saturating) without reading one:
+    # the conversion is recorded and done by the .bin writer, a piece at a time
+    assert live == []
+    assert sum(isinstance(d, LazyArray) for d in res.table.tensor_data.values()) == 16  # weights, biases
     res.save(tmp_path / "out")
     assert len(live) >= 8  # every weight was read, by the .bin writer
     assert peak[0] == 1
+
+
+def test_float16_saturation_by_reference_equals_in_memory(tmp_path):
+    """A float32 weight beyond float16's range (an attention mask's minimum, inf, NaN) becomes the
+    same float16 data whether it is read when written (safetensors) or held (npz)."""
+    path, arrays = _mlp(tmp_path, layers=2)
+    w = arrays["w1"].copy()
+    w[0, :6] = [np.finfo(np.float32).min, -np.inf, np.inf, 1e6, -7e4, np.nan]
+    save_file({"layers.0.weight": arrays["w0"], "layers.1.weight": w}, str(tmp_path / "model-00002.safetensors"))
+    save_file({"layers.0.weight": arrays["w0"]}, str(tmp_path / "model-00001.safetensors"))
+    doc = json.loads(path.read_text())
+    doc["tensors"]["w1"]["data"] = {"safetensors": "model-00002.safetensors", "key": "layers.1.weight"}
+    path.write_text(json.dumps(doc))
+    np.savez(tmp_path / "m.npz", **{**arrays, "w1": w})
+    npz = tmp_path / "npz.json"
+    for k in ("w0", "w1", "b0", "b1"):
+        doc["tensors"][k]["data"] = {"npz": "m.npz", "key": k}
+    npz.write_text(json.dumps(doc))
+    rules = qlower.load_rules(packs=["mllm"])
+    members = []
+    for src in (path, npz):
+        res = qlower.lower(load_graph(src), rules, backend="htp")
+        res.raise_for_errors()
+        res.save(tmp_path / src.stem)
+        members.append(_bin_members(tmp_path / src.stem / "mlp.bin"))
+    assert members[0] == members[1]
+    got = np.frombuffer(members[0][next(m for m in members[0] if "w1" in m)], np.float16)[:6]
+    np.testing.assert_array_equal(got, np.array([-65504, -np.inf, np.inf, 65504, -65504, np.nan], np.float16))
+
+
+@given(rows=st.integers(1, 9), cols=st.integers(1, 7), piece=st.integers(1, 200), seed=st.integers(0, 2**16))
+@settings(max_examples=40, deadline=None)
+def test_recorded_steps_read_whole_equal_read_in_pieces(tmp_path_factory, rows, cols, piece, seed):
+    """Law: a LazyArray's recorded steps (astype, reshape, map) give the same data read whole as read a
+    piece at a time, and the same as doing them to the array in memory."""
+    rng = np.random.default_rng(seed)
+    a = (rng.normal(size=(rows, cols)) * 1e5).astype(np.float32)
+    f = tmp_path_factory.mktemp("law") / "a.npy"
+    np.save(f, a)
+    clip = lambda x: np.clip(x, -3e4, 3e4).astype(np.float16)  # noqa: E731 (elementwise, like saturation)
+    lazy_a = LazyArray(lazy.NpySource(f), np.float32, a.shape).reshape(-1).astype(np.float64).map(clip, np.float16)
+    want = clip(a.reshape(-1).astype(np.float64))
+    assert lazy_a.dtype == np.float16 and lazy_a.shape == want.shape
+    np.testing.assert_array_equal(lazy_a.read(), want)
+    np.testing.assert_array_equal(np.concatenate(list(lazy_a.chunks(max_bytes=piece))), want)
 
 
 def test_reference_errors(tmp_path):
