@@ -239,6 +239,17 @@ class _Tries:
         self.suffixes = [cands[i:] for i in range(len(cands) + 1)]
 
 
+def no_fixpoint(what: str, applied: int, recent: Iterable[str], rules: Iterable[Any]) -> Diagnostic:
+    """The error of a rewrite phase that kept firing past its budget, naming the rules that fired last
+    (`rules`: the phase's compiled rules, for where each is written)."""
+    names = sorted(set(recent))
+    by_name = {r.name: r for r in rules}
+    return error(f"{what} did not converge after {applied} applications; rules still firing: "
+                 f"{', '.join(names)}", code="no-fixpoint",
+                 hint="two rules probably undo each other, or a rule re-matches its own output",
+                 notes=[Note(f"rule {n} is here", by_name[n].rule.span) for n in names if n in by_name])
+
+
 class Engine:
     """A rule set compiled for one backend; reusable across graphs."""
 
@@ -623,13 +634,7 @@ class Engine:
             applied += 1
             recent.append(name)
             if applied > budget:
-                names = sorted(set(recent))
-                by_name = {r.name: r for r in index.rules}
-                out.diagnostics.append(error(
-                    f"{what} did not converge after {applied} applications; rules still firing: "
-                    f"{', '.join(names)}", code="no-fixpoint",
-                    hint="two rules probably undo each other, or a rule re-matches its own output",
-                    notes=[Note(f"rule {n} is here", by_name[n].rule.span) for n in names if n in by_name]))
+                out.diagnostics.append(no_fixpoint(what, applied, recent, index.rules))
                 break
             # revisit what the rewrite touched: the new ops and the consumers of their results
             touched = list(new_ops)

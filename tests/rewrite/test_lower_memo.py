@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import qlower
 from qlower import Graph
-from qlower.diagnostics import Note, error
+from qlower.diagnostics import error
 from qlower.graph.core import GraphError
 from qlower.lang.parser import parse
 from qlower.rewrite import driver
@@ -77,13 +77,7 @@ def _reference_fixpoint(engine: Engine, graph: Graph, index, what: str, out: Out
         applied += 1
         recent.append(name)
         if applied > budget:
-            names = sorted(set(recent))
-            by_name = {r.name: r for r in index.rules}
-            out.diagnostics.append(error(
-                f"{what} did not converge after {applied} applications; rules still firing: "
-                f"{', '.join(names)}", code="no-fixpoint",
-                hint="two rules probably undo each other, or a rule re-matches its own output",
-                notes=[Note(f"rule {n} is here", by_name[n].rule.span) for n in names if n in by_name]))
+            out.diagnostics.append(driver.no_fixpoint(what, applied, recent, index.rules))
             return
         touched = list(new_ops)
         for n in new_ops:
