@@ -8,6 +8,7 @@ lowering, validation), 2 a usage error. No traceback reaches the user unless
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
@@ -190,12 +191,26 @@ def entry() -> None:
     until here); freeing them one by one at exit took 1.4 s of a 1M-op `lower`, and nothing is
     left to do with them. Output files are complete and closed by then; stdio is flushed here."""
     code, _held = _dispatch(None)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (BrokenPipeError, ValueError):  # the reader went away, or the command closed it (`lsp`)
-            pass
+    try:
+        sys.stdout.flush()
+    except ValueError:  # the command closed it (`lsp`)
+        pass
+    except OSError as exc:  # the output did not all arrive (the reader went away, a full disk): a failure
+        code = code or 1
+        if not isinstance(exc, BrokenPipeError):
+            _say(f"qlower: error: cannot write the output: {exc.strerror or exc}")
+    _say(None)
     os._exit(code)
+
+
+def _say(message: str | None) -> None:
+    """Write a line to stderr (None: only flush it), ignoring a stderr that cannot take it."""
+    try:
+        if message is not None:
+            print(message, file=sys.stderr)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _dispatch(argv: Sequence[str] | None) -> tuple[int, argparse.Namespace | None]:
@@ -208,6 +223,9 @@ def _dispatch(argv: Sequence[str] | None) -> tuple[int, argparse.Namespace | Non
     except SystemExit as exc:
         return int(exc.code or 0), None
     return _run(args), args
+
+
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})  # the machine's, not a bug
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -227,6 +245,9 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # a bug in qlower, not in the user's input
         if args.debug:
             raise
+        if isinstance(exc, OSError) and exc.errno in _OUTPUT_ERRNOS:  # (stdout on a full disk, say)
+            print(f"qlower: error: cannot write the output: {exc.strerror}", file=sys.stderr)
+            return 1
         print(f"qlower: internal error: {type(exc).__name__}: {exc}\n"
               f"This is a bug in qlower; run again with --debug for a traceback.", file=sys.stderr)
         return 1
