@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import collections
 import gc
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -128,8 +127,8 @@ class LowerResult:
     sources: SourceCache | None = None
     # set by `lower(..., verify=True)` or `verify`: a qlower.verify.compare.Verification
     verification: Any = None
-    # checks `qnn` against the backend's op definitions (set by `lower`; see `validate`)
-    validator: Callable[[QnnGraph], list[Diagnostic]] | None = attrs.field(default=None, repr=False)
+    # checks `table` against the backend's op definitions (set by `lower`; see `validate`)
+    validator: Callable[[QnnTable], list[Diagnostic]] | None = attrs.field(default=None, repr=False)
     validated: bool = False
     _qnn: QnnGraph | None = attrs.field(default=None, init=False, repr=False)
 

@@ -323,17 +323,11 @@ class _Loader:
                     if type(a) not in plain and not _plain_list(a):
                         return None
             op.type = types.setdefault(op_type, op_type)
-            op.provenance, op.dead, op.owner = None, False, g
-            ops[name] = op  # (what `_wire` does, in line: a million calls saved)
-            j = 0
-            for v in ins:
-                if v is not None:
-                    v.users.append((op, j))
-                j += 1
             for r in outs:
                 if r.producer is not None:  # (a second producer)
                     return None
-                r.producer = op
+            op.provenance, op.dead, op.owner = None, False, g
+            _wire(op, ops)
         ins = self.io_list(values, doc.inputs, "input")
         outs = self.io_list(values, doc.outputs, "output")
         if self.errors or any(v.producer is not None for v in ins):
