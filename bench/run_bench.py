@@ -8,12 +8,13 @@ For each N = 4·B it generates the graph (cached in bench/cache/), runs
 `qlower lower --timings` in a fresh process, and prints the phase times, the
 per-op cost of the `lower` phase, the process's wall and CPU time (user + sys,
 its children included: the `.cpp` writer is one) and its peak memory. On a
-shared machine wall time depends on the neighbours; CPU time much less so. Before
-each run the bench flushes what earlier runs wrote (`os.sync`: a 1M-op run writes
-2.7 GB, and its write-back would otherwise slow the next run). With --baseline DIR
-(a checkout of another qlower revision) each run of this checkout is followed by
-one of that checkout's on the same graph (its code, this interpreter), and a line
-gives the ratio of the wall times. With
+shared machine wall time depends on the neighbours; CPU time much less so.
+Before each run the bench flushes dirty page-cache data (`os.sync`), so that no
+earlier write-back (the generated graph, other programs' files) competes with
+the run; the artifacts themselves go out through O_DIRECT where the filesystem
+takes it. With --baseline DIR (a checkout of another qlower revision) each run
+of this checkout is followed by one of that checkout's on the same graph (its
+code, this interpreter), and a line gives the ratio of the wall times. With
 --onnxscript (needs `pip install onnxscript onnx-ir`), the comparable
 onnxscript rewrite (Mul(h, Sigmoid(h)) → one fused op, MatMul → one custom op,
 to fixpoint) and an onnx_ir load-rewrite-save process are timed on the same

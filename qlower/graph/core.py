@@ -34,7 +34,8 @@ class Value(msgspec.Struct, eq=False, forbid_unknown_fields=True):
     `qlower.graph.io`), which spares a million-op graph a second set of objects. Each field
     after `shape` is the graph's bookkeeping, not something a file says."""
 
-    # (annotations are what a file holds, which the loader decodes: a dtype name, lists of names)
+    # (a field the graph fills with its own objects is typed Any: the loader decodes a file's dtype
+    # name, quant and data into it and then converts them; see `qlower.graph.io`)
     name: str = ""
     dtype: Any = None  # np.dtype
     shape: tuple[int, ...] | None = None
