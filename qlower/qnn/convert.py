@@ -359,7 +359,7 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
             where = None
             sources: tuple[str, ...] = (op_name,)
         else:
-            where = prov.location  # (one rule per location: it stands for the rule too)
+            where = (prov.rule, prov.location)  # (a location can hold several rules: the retype pass's do)
             sources = prov.sources if type(prov.sources) is tuple else tuple(prov.sources)
         akey = _attrs_key(op_attrs) if op_attrs else ()
         key = (op_type, akey, where, in_kinds, out_kinds) if akey is not None else None
