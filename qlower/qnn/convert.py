@@ -29,7 +29,7 @@ from qlower.qnn.model import PACKAGE, EncodingKind, Origin, Param, QnnGraph, Qnn
     ScalarParam, TensorParam, TensorType
 from qlower.qnn.opdef import OpDefRegistry
 from qlower.qnn.registry import QnnOps
-from qlower.qnn.table import Interner, OpKind, QnnTable, TensorKind, param_key
+from qlower.qnn.table import Interner, OpKind, QnnTable, TensorKind, param_key, param_prototype
 
 
 def encoding_of(q: Quant, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> QuantEncoding:
@@ -167,12 +167,6 @@ def _attrs_key(attrs: dict[str, Any]) -> tuple | None:
     return tuple(out)
 
 
-def params_key(params: list[Param]) -> list[tuple]:
-    """What makes scalar params the same params (floats by their text: -0.0 is not 0.0 here)."""
-    return [(p.name, p.datatype, type(p.value), float.__repr__(p.value) if type(p.value) is float else
-             p.value if type(p.value) in (bool, int, str) else id(p)) for p in params]
-
-
 def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     table = QnnTable(graph.name)
     intern = Interner(table)
@@ -291,14 +285,11 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
             text = rule = loc = None
         else:
             text, rule, loc = str(prov), prov.rule, origin_of(op, locations).location
+        pk = param_key(params)
+        okey = (qtype, pk if pk is not None else ("own", i), text, in_kinds, out_kinds)
         if tensors:
             table.op_params[i] = tuple(tensors)
-            pk = param_key(params)
-            okey: tuple = (qtype, pk if pk is not None else ("own", i), text, in_kinds, out_kinds, "tensor params")
-            params = [TensorParam(p.name, QnnTensor("", p.tensor.type, p.tensor.datatype, p.tensor.dims))
-                      if type(p) is TensorParam else p for p in params]
-        else:
-            okey = (qtype, tuple(params_key(params)), text, in_kinds, out_kinds)
+            params = list(map(param_prototype, params))
         return intern.op_kind(okey, lambda: OpKind(qtype, packages[qtype], tuple(params), in_kinds, out_kinds,
                                                    text, rule, loc))
 

@@ -291,7 +291,6 @@ class _Functions:
         # every name its own C identifier and string: kinds' text compiles to one join per function
         self.plain = templates and not layout.cnames and not layout.node_cnames
         self.tensor_joins: dict[int, Callable[..., str]] = {}
-        self.node_joins: dict[int, Callable[..., str] | None] = {}
         self.top = _Tensors(layout, " " * 27)
         self.param = _Tensors(layout, " " * 6)
         self.out = _Tensors(layout, "    ")
@@ -300,8 +299,7 @@ class _Functions:
         self.tensor_templates: dict[int, tuple[list[str], tuple[tuple[int, int], ...]]] = {}
         self.node_templates: dict[int, tuple[list[str], tuple[tuple[int, int], ...]] | None] = {}
         self.index: dict[str, int] | None = None
-        self.input_at: list[int] | None = None  # (the table's offsets, found when first needed)
-        self.output_at: list[int] | None = None
+        self.input_at, self.output_at = table.input_at(), table.output_at()  # (where each op's names are)
 
     def tensor_at(self, i: int) -> str:
         """The `addTensor_` function of the table's tensor `i`."""
@@ -354,8 +352,6 @@ class _Functions:
         template = templates.get(k, False) if self.use_templates else None
         if template is False:
             template = templates[k] = self._template(table.op_kinds[k])
-        if self.input_at is None:
-            self.input_at, self.output_at = table.input_at(), table.output_at()
         if template is None:
             op = table.op(i, self.input_at, self.output_at)
             if self.index is None:
@@ -531,7 +527,7 @@ def write(graph: QnnGraph | QnnTable, fileobj: BinaryIO, *, converter_command: s
     pending = unproduced.keys() - set(first)
     joins = fn.node_joins_of() if fn.plain else [None] * len(table.op_kinds)
     op_names, op_kind = table.op_names, table.op_kind
-    ins, outs, in_at, out_at = table.op_input_names, table.op_output_names, table.input_at(), table.output_at()
+    ins, outs, in_at, out_at = table.op_input_names, table.op_output_names, fn.input_at, fn.output_at
     every_join = None not in joins
     disjoint = pending.isdisjoint
     for a in range(0, len(op_names), _CHUNK):

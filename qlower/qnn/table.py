@@ -117,25 +117,17 @@ class QnnTable:
         """Where each op's output names start in `op_output_names`, and (last) where they end."""
         return _offsets([len(kind.outputs) for kind in self.op_kinds], self.op_kind)
 
-    def inputs_of(self, i: int, at: Sequence[int] | None = None) -> list[str]:
-        """Op `i`'s input names (`at`: `input_at()`, when the caller has it)."""
-        if at is None:
-            at = [sum(len(self.op_kinds[k].inputs) for k in self.op_kind[:i])]
-            at.append(at[0] + len(self.op_kinds[self.op_kind[i]].inputs))
-            return self.op_input_names[at[0]:at[1]]
+    def inputs_of(self, i: int, at: Sequence[int]) -> list[str]:
+        """Op `i`'s input names (`at`: `input_at()`)."""
         return self.op_input_names[at[i]:at[i + 1]]
 
-    def outputs_of(self, i: int, at: Sequence[int] | None = None) -> list[str]:
-        """Op `i`'s output names (`at`: `output_at()`, when the caller has it)."""
-        if at is None:
-            at = [sum(len(self.op_kinds[k].outputs) for k in self.op_kind[:i])]
-            at.append(at[0] + len(self.op_kinds[self.op_kind[i]].outputs))
-            return self.op_output_names[at[0]:at[1]]
+    def outputs_of(self, i: int, at: Sequence[int]) -> list[str]:
+        """Op `i`'s output names (`at`: `output_at()`)."""
         return self.op_output_names[at[i]:at[i + 1]]
 
-    def op(self, i: int, input_at: Sequence[int] | None = None, output_at: Sequence[int] | None = None) -> OpConfig:
-        """Op config `i` as an object (a new one each call; pass `input_at()`/`output_at()` when asking
-        for many)."""
+    def op(self, i: int, input_at: Sequence[int], output_at: Sequence[int]) -> OpConfig:
+        """Op config `i` as an object (a new one each call; `input_at()`/`output_at()` made once by the
+        caller, who asks for many)."""
         kind = self.op_kinds[self.op_kind[i]]
         return _op_config(kind, self.op_names[i], self.inputs_of(i, input_at), self.outputs_of(i, output_at),
                           self.op_sources[i], self.op_params.get(i))
@@ -247,7 +239,9 @@ def param_key(params: Sequence[Param]) -> tuple | None:
     return tuple(out)
 
 
-def _prototype(p: Param) -> Param:
+def param_prototype(p: Param) -> Param:
+    """A param as an op kind holds it: a tensor param's tensor without its name and data (each op
+    of the kind has its own, see `QnnTable.op_params`)."""
     if type(p) is TensorParam:
         t = p.tensor
         return TensorParam(p.name, QnnTensor("", t.type, t.datatype, t.dims, t.encoding, None))
@@ -282,7 +276,7 @@ def table_of(graph: QnnGraph) -> QnnTable:
         key = (op.type, op.package, pk, ins, outs, op.provenance,
                None if o is None else (o.rule, o.location))
         k = intern.op_kind(key, lambda op=op, ins=ins, outs=outs, o=o: OpKind(
-            op.type, op.package, tuple(map(_prototype, op.params)), ins, outs, op.provenance,
+            op.type, op.package, tuple(map(param_prototype, op.params)), ins, outs, op.provenance,
             None if o is None else o.rule, None if o is None else o.location, o is not None))
         table.op_names.append(op.name)
         table.op_kind.append(k)
