@@ -134,7 +134,8 @@ class LowerResult:
 
     @property
     def qnn(self) -> QnnGraph | None:
-        """The QNN graph as objects (made from `table` once; `save` writes `table`)."""
+        """The QNN graph as objects, made from `table` once: a view to read (`save`, `validate` and the
+        reports use `table`, so an edit of these objects is not saved)."""
         if self._qnn is None and self.table is not None:
             self._qnn = self.table.graph()
         return self._qnn

@@ -136,18 +136,28 @@ def _fail(message: str, subject: str, code: str = "artifact-invalid") -> QlowerE
     return QlowerError(error(message, subject=subject, code=code))
 
 
+def _form_problem(datatype: DataType, dims: tuple[int, ...], ttype: TensorType, has_data: bool) -> str | None:
+    """Why a tensor of this datatype, dims and type, with or without data, cannot be written (None:
+    it can, data permitting): what a tensor and a tensor kind are both checked for."""
+    if datatype in _NO_STORAGE:
+        return f"datatype {datatype.qnn_name} cannot be stored in a tensor"
+    if dims and min(dims) < 0:
+        return f"negative dimension in dims {list(dims)}"
+    if ttype is TensorType.STATIC and not has_data:
+        return "static tensor has no data"
+    if has_data and ttype is not TensorType.STATIC:
+        return f"only STATIC tensors carry data, this one is {ttype.name}"
+    return None
+
+
 def _check_storage(t: QnnTensor, subject: str, shapes: Shapes) -> int:
     """Raise unless `t` can be stored; return its element count."""
-    if t.datatype in _NO_STORAGE:
-        raise _fail(f"datatype {t.datatype.qnn_name} cannot be stored in a tensor", subject)
-    dims = t.dims
-    if dims and min(dims) < 0:
-        raise _fail(f"negative dimension in dims {list(dims)}", subject)
+    dims, data = t.dims, t.data
+    problem = _form_problem(t.datatype, dims, t.type, data is not None)
+    if problem is not None:
+        raise _fail(problem, subject)
     count = shapes[dims][1]
-    data = t.data
     if t.type is TensorType.STATIC:
-        if data is None:
-            raise _fail("static tensor has no data", subject)
         want = _STORAGE[t.datatype]
         if data.dtype != want and not _lossless(data, want):
             raise _fail(f"static data of dtype {data.dtype} does not convert exactly to {want}, "
@@ -155,8 +165,6 @@ def _check_storage(t: QnnTensor, subject: str, shapes: Shapes) -> int:
         if data.size != count:
             raise _fail(f"static data has {data.size} elements, dims {list(dims)} "
                         f"need {count}", subject)
-    elif data is not None:
-        raise _fail(f"only STATIC tensors carry data, this one is {t.type.name}", subject)
     return count
 
 
@@ -350,16 +358,9 @@ class _KindProblem(Exception):
 
 def _check_kind(kind: TensorKind) -> None:
     """What can be checked of a kind, once per kind (a static tensor's data is checked per tensor)."""
-    if kind.type is TensorType.STATIC or kind.static or kind.datatype in _NO_STORAGE \
-            or (kind.dims and min(kind.dims) < 0):
-        if kind.datatype in _NO_STORAGE:
-            raise _KindProblem(f"datatype {kind.datatype.qnn_name} cannot be stored in a tensor")
-        if kind.dims and min(kind.dims) < 0:
-            raise _KindProblem(f"negative dimension in dims {list(kind.dims)}")
-        if kind.type is TensorType.STATIC and not kind.static:
-            raise _KindProblem("static tensor has no data")
-        if kind.static and kind.type is not TensorType.STATIC:
-            raise _KindProblem(f"only STATIC tensors carry data, this one is {kind.type.name}")
+    problem = _form_problem(kind.datatype, kind.dims, kind.type, kind.static)
+    if problem is not None:
+        raise _KindProblem(problem)
     try:
         _check_encoding(kind.tensor("", None), "")
     except QlowerError as exc:
