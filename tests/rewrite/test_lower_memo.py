@@ -372,19 +372,40 @@ def test_memoised_rules_lower_as_op_by_op(steps, backend) -> None:
     _same(_memo_rules(), backend, _memo_graph(steps))
 
 
-def test_one_key_many_ops() -> None:
+def test_one_key_many_ops(monkeypatch) -> None:
     """Many ops of one key share the memo entry, each with its own params dict and provenance; ops of
-    another key (a -0.0 attribute) get their own."""
+    another key (a -0.0 attribute) get their own. The rules are matched once per key, and no op takes
+    the general path (what the memo is for: equivalence alone would hold without it)."""
     steps = [("m.S", [0], {"f": 0.5}, (2, 3), "float32")] * 5 + [("m.S", [0], {"f": -0.0}, (2, 3), "float32"),
                                                                   ("m.S", [0], {"f": 0.0}, (2, 3), "float32")]
     build = _memo_graph(steps)
     _same(_memo_rules(), "cpu", build)
     g = build()
+    calls = {"decide": 0, "general": 0}
+    decide, general = Engine._decide, Engine._apply_first
+
+    def counting(name, real):
+        def f(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return f
+
+    monkeypatch.setattr(Engine, "_decide", counting("decide", decide))
+    monkeypatch.setattr(Engine, "_apply_first", counting("general", general))
     _memo_rules().engine("cpu").run(g)
+    assert calls == {"decide": 3, "general": 0}
     ops = list(g.ops)
     assert len({id(o.attrs) for o in ops}) == len(ops)
     assert [math.copysign(1, o.attrs["beta"]) for o in ops[-2:]] == [-1, 1]
     assert [o.provenance.sources for o in ops] == [(f"n{j}",) for j in range(len(ops))]
+
+
+def test_the_memo_tells_operand_dtypes_apart() -> None:
+    """Two ops that differ only in their operands' dtype: `c_typed` matches the int32 one only, in
+    either order (a key without dtypes would give the second op the first one's decision)."""
+    int_op, float_op = ("m.C", [2, 2], {}, (2, 3), "int32"), ("m.C", [0, 0], {}, (2, 3), "float32")
+    for steps in ([int_op, float_op], [float_op, int_op]):
+        _same(_memo_rules(), "cpu", _memo_graph(steps))
 
 
 # ------------------------------------------------------------------ the cleanup fixpoint
