@@ -193,20 +193,19 @@ class Interner:
 
     def tensor_kind(self, key: tuple, make: Any) -> int:
         """The id of the tensor kind keyed `key`, made by `make()` when new."""
-        k = self.tensor_ids.get(key)
-        if k is None:
-            kinds = self.table.tensor_kinds
-            k = self.tensor_ids[key] = len(kinds)
-            kinds.append(make())
-        return k
+        return _intern(self.tensor_ids, self.table.tensor_kinds, key, make)
 
     def op_kind(self, key: tuple, make: Any) -> int:
-        k = self.op_ids.get(key)
-        if k is None:
-            kinds = self.table.op_kinds
-            k = self.op_ids[key] = len(kinds)
-            kinds.append(make())
-        return k
+        """The id of the op kind keyed `key`, made by `make()` when new."""
+        return _intern(self.op_ids, self.table.op_kinds, key, make)
+
+
+def _intern(ids: dict[tuple, int], kinds: list, key: tuple, make: Any) -> int:
+    k = ids.get(key)
+    if k is None:
+        k = ids[key] = len(kinds)
+        kinds.append(make())
+    return k
 
 
 def tensor_key(t: QnnTensor) -> tuple:
