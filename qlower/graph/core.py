@@ -109,6 +109,9 @@ class Graph:
         self._nx: nx.MultiDiGraph | None = None  # built on first use of `nx`
         self._values: dict[str, Value] = {}
         self._ops: dict[str, Op] = {}
+        # For fresh names: per base name, a suffix below which every `base_i` is taken (see `_fresh`).
+        self._value_hints: dict[str, int] = {}
+        self._op_hints: dict[str, int] = {}
         self.inputs: list[Value] = []
         self.outputs: list[Value] = []
 
@@ -276,10 +279,10 @@ class Graph:
         return out
 
     def fresh_value_name(self, base: str) -> str:
-        return _fresh(base, self._values)
+        return _fresh(base, self._values, self._value_hints)
 
     def fresh_op_name(self, base: str) -> str:
-        return _fresh(base, self._ops)
+        return _fresh(base, self._ops, self._op_hints)
 
     # ---------------------------------------------------------------- editing
     def retype(self, op: Op, type: str, attrs: dict[str, Any], provenance: Provenance | None = None) -> None:
@@ -350,6 +353,7 @@ class Graph:
         if self._nx is not None:
             self._nx.remove_node(op)
         del self._ops[op.name]
+        _freed(op.name, self._op_hints)
         op.dead = True
         op.owner = None
 
@@ -359,12 +363,14 @@ class Graph:
         if self._nx is not None:
             self._nx.remove_node(v)
         del self._values[v.name]
+        _freed(v.name, self._value_hints)
         v.owner = None
 
     def rename_value(self, v: Value, name: str) -> None:
         if name in self._values:
             raise GraphError(f"duplicate value name {name}")
         del self._values[v.name]
+        _freed(v.name, self._value_hints)
         v.name = name
         self._values[name] = v
 
@@ -372,6 +378,7 @@ class Graph:
         if name in self._ops:
             raise GraphError(f"duplicate op name {name}")
         del self._ops[op.name]
+        _freed(op.name, self._op_hints)
         op.name = name
         self._ops[name] = op
 
@@ -439,10 +446,23 @@ def _index(g: nx.MultiDiGraph, items: list) -> None:
     nx._clear_cache(g)
 
 
-def _fresh(base: str, taken: dict) -> str:
+def _fresh(base: str, taken: dict, hints: dict[str, int]) -> str:
+    """`base`, else `base_i` for the smallest free i. `hints[base]` remembers where the last search
+    ended (every `base_j` below it was taken then, and `_freed` lowers it when one goes), so a rule
+    that emits the same names once per application — an unrolled loop — costs O(1) a name, not O(i)."""
     if base not in taken:
         return base
-    i = 1
+    i = hints.get(base, 1)
     while f"{base}_{i}" in taken:
         i += 1
+    hints[base] = i
     return f"{base}_{i}"
+
+
+def _freed(name: str, hints: dict[str, int]) -> None:
+    """A name went: if it is `base_j`, `base`'s search must start at j again."""
+    base, sep, suffix = name.rpartition("_")
+    if sep and suffix.isdigit() and not (len(suffix) > 1 and suffix[0] == "0"):
+        j = int(suffix)
+        if hints.get(base, 1) > j:
+            hints[base] = j

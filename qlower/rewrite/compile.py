@@ -12,10 +12,10 @@ from qlower.graph.core import Op
 from qlower.lang import ast
 from qlower.rewrite.expr import compile_expr, truth
 from qlower.lang.functions import EvalError, FunctionTable
-from qlower.rewrite.match import LISTEN, OPS, MatchTrace, PatternCompiler, producer_filter, simple_root
+from qlower.rewrite.match import LISTEN, OPS, ControlKey, MatchTrace, PatternCompiler, producer_filter, simple_root
 
-Env = dict[str, Any]
-FAIL = "__fail__"
+Env = dict[Any, Any]
+FAIL = ControlKey("fail")  # set when a rule's `fail` step ran: (message, span)
 
 
 class GuardError(Exception):

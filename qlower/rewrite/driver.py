@@ -239,14 +239,62 @@ class _Tries:
         self.suffixes = [cands[i:] for i in range(len(cands) + 1)]
 
 
-def no_fixpoint(what: str, applied: int, recent: Iterable[str], rules: Iterable[Any]) -> Diagnostic:
+@attrs.frozen
+class RewriteConfig:
+    """How long a rewrite phase may run before qlower calls it divergent.
+
+    A phase may apply rules `budget_factor` times per op plus `slack`, where the ops
+    counted are the most the graph has held during the phase — so the ops rules
+    create count too, and a rule that unrolls a loop one step per application
+    (patterns/onnx/rnn.qpat) converges however long the sequence. Rules that undo
+    each other keep the graph's size and run out of applications; a rule that keeps
+    expanding its own output grows the graph past `growth_factor` × its starting
+    size + `growth_slack` ops and is stopped there.
+    """
+
+    budget_factor: int = 8
+    slack: int = 100
+    growth_factor: int = 64
+    growth_slack: int = 100_000
+
+
+class Budget:
+    """One phase's budget under a `RewriteConfig` (the fixpoint and its reference share it)."""
+
+    __slots__ = ("config", "peak", "limit", "cap", "start")
+
+    def __init__(self, config: RewriteConfig, ops: int) -> None:
+        self.config = config
+        self.start = self.peak = max(ops, 1)
+        self.limit = config.budget_factor * self.peak + config.slack
+        self.cap = config.growth_factor * self.start + config.growth_slack
+
+    def exhausted(self, applied: int, live_ops: int) -> bool:
+        """After `applied` applications with `live_ops` ops in the graph: stop now?"""
+        if live_ops > self.peak:
+            self.peak = live_ops
+            self.limit = self.config.budget_factor * live_ops + self.config.slack
+        return applied > self.limit or live_ops > self.cap
+
+    def error(self, what: str, applied: int, recent: Iterable[str], rules: Iterable[Any]) -> Diagnostic:
+        return no_fixpoint(what, applied, recent, rules, grew=(self.start, self.peak) if self.peak > self.cap else None)
+
+
+def no_fixpoint(what: str, applied: int, recent: Iterable[str], rules: Iterable[Any],
+                grew: tuple[int, int] | None = None) -> Diagnostic:
     """The error of a rewrite phase that kept firing past its budget, naming the rules that fired last
-    (`rules`: the phase's compiled rules, for where each is written)."""
+    (`rules`: the phase's compiled rules, for where each is written; `grew`: the graph's op count at
+    the start and at the stop, when it was growth that stopped the phase)."""
     names = sorted(set(recent))
     by_name = {r.name: r for r in rules}
-    return error(f"{what} did not converge after {applied} applications; rules still firing: "
-                 f"{', '.join(names)}", code="no-fixpoint",
-                 hint="two rules probably undo each other, or a rule re-matches its own output",
+    if grew is not None:
+        message = (f"{what} did not converge: the graph grew from {grew[0]} to {grew[1]} ops in {applied} "
+                   f"applications; rules still firing: {', '.join(names)}")
+        hint = "a rule keeps expanding its own output (its result matches it again, larger)"
+    else:
+        message = f"{what} did not converge after {applied} applications; rules still firing: {', '.join(names)}"
+        hint = "two rules probably undo each other, or a rule re-matches its own output"
+    return error(message, code="no-fixpoint", hint=hint,
                  notes=[Note(f"rule {n} is here", by_name[n].rule.span) for n in names if n in by_name])
 
 
@@ -293,11 +341,11 @@ class Engine:
         self.cleanup = RuleIndex.build([c for c in compiled if c.kind == "cleanup"], backend)
 
     # ------------------------------------------------------------------ run
-    def run(self, graph: Graph, *, budget_factor: int = 8) -> Outcome:
+    def run(self, graph: Graph, *, config: RewriteConfig = RewriteConfig()) -> Outcome:
         out = Outcome(graph, [], {}, {r.name: RuleStats() for r in self.all_rules})
         reasons: dict[int, list[str]] = collections.defaultdict(list)
         if self.source.rules:
-            self._fixpoint(graph, self.source, "source rewrites", out, reasons, budget_factor)
+            self._fixpoint(graph, self.source, "source rewrites", out, reasons, config)
         try:
             order = graph.topo_order()
         except GraphError as exc:
@@ -308,7 +356,7 @@ class Engine:
         if left:
             self._legality(graph, out, reasons, failed)
         if self.cleanup.rules:  # (ops only retyped in place: the graph's execution order is still `order`)
-            self._fixpoint(graph, self.cleanup, "cleanup rewrites", out, reasons, budget_factor,
+            self._fixpoint(graph, self.cleanup, "cleanup rewrites", out, reasons, config,
                            None if rewired else order)
         out.stats = dict(out.stats)
         return out
@@ -559,7 +607,7 @@ class Engine:
         return rule.name, [op]
 
     def _fixpoint(self, graph: Graph, index: RuleIndex, what: str, out: Outcome, reasons,
-                  budget_factor: int, order: list[Op] | None = None) -> None:
+                  config: RewriteConfig, order: list[Op] | None = None) -> None:
         """Apply `index`'s rules wherever they match until none does (or the budget runs out).
 
         A worklist: every op in execution order, then (first in, first out) what rewrites touched
@@ -574,7 +622,7 @@ class Engine:
             except GraphError as exc:
                 out.diagnostics.append(error(str(exc), code="cycle"))
                 return
-        budget = budget_factor * max(len(order), 1) + 100
+        budget = Budget(config, len(order))
         recent: collections.deque[str] = collections.deque(maxlen=32)
         applied = 0
         again: collections.deque[Op] = collections.deque()
@@ -633,8 +681,8 @@ class Engine:
             name, new_ops = done
             applied += 1
             recent.append(name)
-            if applied > budget:
-                out.diagnostics.append(no_fixpoint(what, applied, recent, index.rules))
+            if budget.exhausted(applied, len(graph)):
+                out.diagnostics.append(budget.error(what, applied, recent, index.rules))
                 break
             # revisit what the rewrite touched: the new ops and the consumers of their results
             touched = list(new_ops)

@@ -67,12 +67,14 @@ class NewOp:
 
 
 class Plan:
-    __slots__ = ("ops", "values", "aliases", "retype")
+    __slots__ = ("ops", "values", "aliases", "renames", "retype")
 
     def __init__(self, ops: list[NewOp] | None = None, retype: bool = False) -> None:
         self.ops: list[NewOp] = [] if ops is None else ops
         self.values: list[NewValue] = []
         self.aliases: list[tuple[Value, Any]] = []
+        # (graph output, value): an alias of a graph output — the value's producer makes the output instead
+        self.renames: list[tuple[Value, Value]] = []
         self.retype = retype  # one op in place of the root, same operands and results: edit in place
 
 
@@ -450,8 +452,15 @@ class EmitProgram:
         if name not in self.root_results or not isinstance(target, Value):
             env[name] = src
             return
-        if target.is_output:  # graph outputs keep their names: another rule must copy instead
-            raise EmitFailure(f"cannot alias graph output {target.name} to {src.name}", item.span, soft=True)
+        if target.is_output:
+            # Graph outputs keep their names: an op's result that is the same tensor becomes the
+            # output itself (its producer writes it; no copy). Anything else — a graph input, a
+            # constant, another output, a value made here, another type — needs a copying rule.
+            if not _renamable(src, target):
+                raise EmitFailure(f"cannot alias graph output {target.name} to {src.name}", item.span, soft=True)
+            plan.renames.append((target, src))
+            produced.add(id(target))
+            return
         plan.aliases.append((target, src))
         produced.add(id(target))
 
@@ -489,7 +498,7 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
         graph.retype(root, new.type, new.attrs, prov)
         return [root]
     # the cheap path: one op for one op with the same operands and results
-    if len(plan.ops) == 1 and not plan.values and not plan.aliases and len(matched) == 1:
+    if len(plan.ops) == 1 and not plan.values and not plan.aliases and not plan.renames and len(matched) == 1:
         new = plan.ops[0]
         ops = root.operands
         m = len(ops)
@@ -525,6 +534,11 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
         created.append(graph.add_op(name, op.type, [resolve(a) for a in op.args], results, op.attrs, prov))
     for target, src in plan.aliases:
         graph.replace_uses(target, resolve(src))
+    for target, src in plan.renames:
+        producer = src.producer
+        graph.replace_uses(src, target)
+        graph.replace_result(producer, producer.results.index(src), target)
+        graph.remove_value(src)
     for r in root.results:
         if r.producer is None and not r.users and not r.is_output and graph.has_value(r.name) \
                 and graph.value(r.name) is r:
@@ -544,6 +558,14 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
                 graph.remove_value(v)
     created = [op for op in created if not op.dead]
     return created
+
+
+def _renamable(src: Any, target: Value) -> bool:
+    """Whether graph output `target` may take the place of `src`: an op's result (not an input, a
+    constant or an output) holding the same kind of tensor."""
+    return (isinstance(src, Value) and src.producer is not None and not src.is_output and not src.is_input
+            and src.data is None and src.dtype == target.dtype and src.shape == target.shape
+            and src.quant == target.quant)
 
 
 def _origins(matched: list[tuple[Op, bool]]) -> tuple[str, ...]:

@@ -27,11 +27,24 @@ from qlower.graph.types import canonical_dtype
 from qlower.lang import ast
 from qlower.lang.functions import FunctionTable
 
-Env = dict[str, Any]
+class ControlKey:
+    """A key of the engine's own state in a match environment. Bindings are keyed by their
+    names (strings), so no capture a rule names can ever read or overwrite one of these."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+Env = dict[Any, Any]  # capture name (str) → bound value; ControlKey → engine state
 K = Callable[[Env], Any]
 ValueMatcher = Callable[[Any, Env, K], Any]
-OPS = "__ops__"  # env key: list of (matched op, shared flag)
-LISTEN = "__listen__"  # env key: the MatchTrace being told why a match fails (only while explaining)
+OPS = ControlKey("ops")  # the ops matched so far: list of (matched op, shared flag)
+LISTEN = ControlKey("listen")  # the MatchTrace being told why a match fails (only while explaining)
 _MISSING = object()
 
 # dtype families a value type may name besides concrete dtypes
@@ -71,7 +84,7 @@ class MatchTrace:
     failures: list[MatchFailure] = attrs.Factory(list)
 
     def failed(self, message: str, span: Span | None, env: Env, stage: str = "pattern") -> None:
-        bindings = {k: v for k, v in env.items() if not k.startswith("__")}
+        bindings = {k: v for k, v in env.items() if k.__class__ is str}
         self.failures.append(MatchFailure(message, span, stage, tuple(o for o, _ in env.get(OPS, ())), bindings))
 
     def mark(self) -> int:

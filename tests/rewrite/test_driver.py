@@ -950,3 +950,42 @@ rule soft {
         assert engine.run(g).ok
         got.append(g.op("s").attrs["beta"])
     assert [np.copysign(1.0, v) for v in got[:3]] == [-1.0, 1.0, -1.0] and np.isnan(got[3])
+
+
+# -------------------------------------------------------------- captures named like engine keys
+
+@pytest.mark.parametrize("name", ["__fail__", "__ops__", "__listen__"])
+def test_a_capture_may_have_any_name_the_grammar_allows(tmp_path, name):
+    """Bindings and the engine's own state are kept apart: a capture named like a control key
+    (once `__fail__`, `__ops__`, `__listen__` in the same dict) binds like any other."""
+    r = rules(tmp_path, f"""
+rule rep_as_tile {{
+  match y = m.Rep({name}) {{ times: n }}
+  let {name}_t = n
+  emit y = qnn.Tile({name}) {{ multiples: [1, {name}_t] }}
+}}
+""")
+    b = B()
+    g = b.done(b.op("n", "m.Rep", [b.inp("x")], {"times": 2}, shape=(2, 6)))
+    out = run(r, g)
+    assert not out.diagnostics, [d.message for d in out.diagnostics]
+    assert g.op("n").type == "qnn.Tile" and list(g.op("n").attrs["multiples"]) == [1, 2]
+
+
+def test_an_identity_at_a_graph_output_renames_the_producer():
+    """`emit y = x` where y is a graph output: x's producer writes y (no copy op), x's other users read y."""
+    g = Graph("t")
+    x = g.add_value("x", "float32", [2, 3])
+    t = g.add_value("t", "float32", [2, 3])
+    y = g.add_value("y", "float32", [2, 3])
+    z = g.add_value("z", "float32", [2, 3])
+    g.add_op("neg", "mllm.Neg", [x], [t])
+    g.add_op("view", "mllm.View", [t], [y], {"shape": [2, 3]})
+    g.add_op("relu", "mllm.ReLU", [t], [z])
+    g.set_io([x], [y, z])
+    result = qlower.lower(g, qlower.load_rules(packs=["mllm"]), backend="cpu")
+    result.raise_for_errors()
+    assert sorted(result.qnn_op_counts()) == ["ElementWiseNeg", "Relu"]
+    assert [v.name for v in g.outputs] == ["y", "z"]
+    assert g.op("neg").results[0] is g.value("y") and g.op("relu").operands[0] is g.value("y")
+    assert not g.has_value("t")

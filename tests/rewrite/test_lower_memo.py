@@ -51,14 +51,14 @@ def _general(rules: qlower.Rules, backend: str) -> Engine:
 
 
 def _reference_fixpoint(engine: Engine, graph: Graph, index, what: str, out: Outcome, reasons,
-                        budget_factor: int = 8) -> None:
+                        config: driver.RewriteConfig) -> None:
     """Engine._fixpoint as it was: one queue of every op, every op through `_apply_first`."""
     try:
         work = collections.deque(graph.topo_order())
     except GraphError as exc:
         out.diagnostics.append(error(str(exc), code="cycle"))
         return
-    budget = budget_factor * max(len(work), 1) + 100
+    budget = driver.Budget(config, len(work))
     recent: collections.deque[str] = collections.deque(maxlen=32)
     applied = 0
     queued = {id(o) for o in work}
@@ -76,8 +76,8 @@ def _reference_fixpoint(engine: Engine, graph: Graph, index, what: str, out: Out
         name, new_ops = done
         applied += 1
         recent.append(name)
-        if applied > budget:
-            out.diagnostics.append(driver.no_fixpoint(what, applied, recent, index.rules))
+        if budget.exhausted(applied, len(graph)):
+            out.diagnostics.append(budget.error(what, applied, recent, index.rules))
             return
         touched = list(new_ops)
         for n in new_ops:
@@ -88,13 +88,13 @@ def _reference_fixpoint(engine: Engine, graph: Graph, index, what: str, out: Out
                 queued.add(id(o))
 
 
-def _reference_run(engine: Engine, graph: Graph, budget_factor: int = 8) -> Outcome:
+def _reference_run(engine: Engine, graph: Graph, config: driver.RewriteConfig = driver.RewriteConfig()) -> Outcome:
     """Engine.run as it was before per-type lowering: coverage from a count of every op's type,
     then each source op through `_apply_first`, then every op through `_legality`."""
     out = Outcome(graph, [], {}, {r.name: RuleStats() for r in engine.all_rules})
     reasons: dict = collections.defaultdict(list)
     if engine.source.rules:
-        _reference_fixpoint(engine, graph, engine.source, "source rewrites", out, reasons, budget_factor)
+        _reference_fixpoint(engine, graph, engine.source, "source rewrites", out, reasons, config)
     try:
         order = graph.topo_order()
     except GraphError as exc:
@@ -113,7 +113,7 @@ def _reference_run(engine: Engine, graph: Graph, budget_factor: int = 8) -> Outc
             engine._apply_first(graph, op, cands, out, reasons, failed)
     engine._legality(graph, out, reasons, failed)
     if engine.cleanup.rules:
-        _reference_fixpoint(engine, graph, engine.cleanup, "cleanup rewrites", out, reasons, budget_factor)
+        _reference_fixpoint(engine, graph, engine.cleanup, "cleanup rewrites", out, reasons, config)
     out.stats = dict(out.stats)
     return out
 
@@ -143,14 +143,15 @@ def _snapshot(out: Outcome, g: Graph):
 
 
 def _same(rules: qlower.Rules, backend: str, build, budget_factor: int = 8) -> None:
+    config = driver.RewriteConfig(budget_factor=budget_factor)
     """Lower fresh copies of one graph three ways: the engine, the engine without short paths, and
     the op-by-op reference loops on it; all three must agree."""
     general = _general(rules, backend)
     want_g = build()
-    want = _snapshot(_reference_run(general, want_g, budget_factor), want_g)
+    want = _snapshot(_reference_run(general, want_g, config), want_g)
     for engine in (rules.engine(backend), general):
         g = build()
-        assert _snapshot(engine.run(g, budget_factor=budget_factor), g) == want
+        assert _snapshot(engine.run(g, config=config), g) == want
 
 
 # ------------------------------------------------------------------ the mllm pack
@@ -504,7 +505,7 @@ def test_a_cleanup_that_does_not_converge_stops_as_op_by_op(budget_factor) -> No
     rules = qlower.rules_from_text(FLIPPING)
     _same(rules, "cpu", build, budget_factor)
     g = build()
-    out = rules.engine("cpu").run(g, budget_factor=budget_factor)
+    out = rules.engine("cpu").run(g, config=driver.RewriteConfig(budget_factor=budget_factor))
     assert [d.code for d in out.diagnostics] == ["no-fixpoint"] and out.stats["add_t"].tries > 0
 
 
