@@ -79,6 +79,27 @@ class _Dims(tuple):
         return tuple, (tuple(self),)
 
 
+class _Spanned(list):
+    """A list built from a bracketed group (`{ a: 1 }`) that remembers the span of its brackets, so the
+    node it ends also ends on its closing bracket."""
+
+    def __init__(self, items, span: Span) -> None:
+        super().__init__(items)
+        self.span = span
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+
+@attrs.frozen
+class _Value:
+    """A literal's value with the span of its token: a bare int has none, and a node ending on one would
+    otherwise end nowhere."""
+
+    value: object
+    span: Span
+
+
 class _Name(str):
     """A dotted name (`mllm.Repeat`) that remembers where it was written, so nodes
     starting with one get their span; it is a plain string in every other respect."""
@@ -340,7 +361,7 @@ class Builder(Transformer):
         return ast.DimPat("rest", span=self._s(meta))
 
     def attr_pats(self, meta, ch):
-        return [c for c in ch if c is not None]
+        return _Spanned((c for c in ch if c is not None), meta)
 
     def attr_pat(self, meta, ch):
         kind, value, _where = ch[1]
@@ -353,15 +374,15 @@ class Builder(Transformer):
         return ("any", None, meta)
 
     def attr_literal(self, meta, ch):
-        return ("literal", ch[0], meta)
+        return ("literal", ch[0].value, meta)
 
     def attr_lit(self, meta, ch):
         c = ch[0]
         if isinstance(c, ast.Literal):
-            return c.value
+            return _Value(c.value, meta)
         if isinstance(c, ast.Unary):
-            return -c.operand.value
-        return _token_value(c, self.file)
+            return _Value(-c.operand.value, meta)
+        return _Value(_token_value(c, self.file), meta)
 
     # statements
     def require_stmt(self, meta, ch):
