@@ -91,6 +91,18 @@ class _Spanned(list):
         return list, (list(self),)
 
 
+class _SpannedTuple(tuple):
+    """A tuple built from a bracketed group (`(y, z)`) that remembers the span of its brackets."""
+
+    def __new__(cls, items, span: Span) -> _SpannedTuple:
+        self = super().__new__(cls, items)
+        self.span = span
+        return self
+
+    def __reduce__(self):
+        return tuple, (tuple(self),)
+
+
 @attrs.frozen
 class _Value:
     """A literal's value with the span of its token: a bare int has none, and a node ending on one would
@@ -224,7 +236,7 @@ class Builder(Transformer):
         return ast.OperandDecl(str(name), kind, span=self._s(meta))
 
     def result_decls(self, meta, ch):
-        return tuple(ch)
+        return _SpannedTuple(ch, meta)
 
     def result_decl(self, meta, ch):
         return ast.ResultDecl(str(ch[0]), ch[1] is not None, span=self._s(meta))
@@ -233,7 +245,7 @@ class Builder(Transformer):
         return _Name("commutative", meta)
 
     def attr_decls(self, meta, ch):
-        return [c for c in ch if c is not None]
+        return _Spanned((c for c in ch if c is not None), meta)
 
     # An optional group holding a keyword (`["=" expr]`) leaves one placeholder per kept
     # token when absent, so these read their optional parts by kind, not by position.
@@ -516,7 +528,7 @@ class Builder(Transformer):
         return ast.Arg("tensor", expr=ch[0], span=self._s(meta))
 
     def params(self, meta, ch):
-        return _Params(tuple(c for c in ch if c is not None))
+        return _Params(tuple(c for c in ch if c is not None), meta)
 
     def param(self, meta, ch):
         return ast.Param(str(ch[0]), ch[1], span=self._s(meta))
@@ -651,8 +663,11 @@ class Builder(Transformer):
 
 
 class _Params:
-    def __init__(self, items):
+    """An emit's `{ k: v }`: its params, and the span of its braces (the emit ends on the `}`)."""
+
+    def __init__(self, items, span: Span | None = None):
         self.items = items
+        self.span = span
 
 
 class _Props:

@@ -192,6 +192,21 @@ class _Load:
         self.path(pack, imp.span)
 
 
+def pack_folder(path: str | Path, packs: Mapping[str, Path], packs_dir: Path | None = None) -> Path | None:
+    """The rule pack folder a file belongs to, whose files are checked together (as `qlower check FOLDER`
+    and `import PACK` load them): the nearest enclosing installed or shipped pack, else the nearest
+    enclosing folder holding an `ops.qpat` (every pack declares its ops there), so a pack copied
+    elsewhere or edited in a checkout is its own pack; None for a file of no pack."""
+    packs_dir = packs_dir if packs_dir is not None else _resources.data_dir("patterns")
+    roots = {Path(p).resolve() for p in packs.values()}
+    if packs_dir.is_dir():
+        roots |= {p.resolve() for p in packs_dir.iterdir() if p.is_dir()}
+    for parent in Path(path).resolve().parents:
+        if parent in roots or (parent / "ops.qpat").is_file():
+            return parent
+    return None
+
+
 def resolve_pack(target: str, packs: Mapping[str, Path], packs_dir: Path) -> Path | None:
     """The folder or file of pack `a.b`: `a` among the installed packs (or under packs_dir), then the
     folder `b` or the file `b.qpat` inside it."""

@@ -116,3 +116,21 @@ def test_a_literal_last_attribute_value_keeps_the_span_forward():
     source = "rule r {\n  match y = foo.Bar(x) { times: 1 }\n  emit y = x\n}\n"
     p = parse(source, "t.qpat", inline=False).rules[0].body[0].pattern
     assert (p.span.line, p.span.column, p.span.end_line, p.span.end_column) == (2, 13, 2, 36)
+
+
+DECLS = ["op mllm.Repeat(x) -> y { dim: int, times: int }", "op a.B(x, w?) -> (y, z)", "op a.C(xs...) -> (ys...)",
+         "op a.D(x) -> y commutative", "op a.E(x) -> y { k: list[int] = [1, 2], }"]
+
+
+@given(st.lists(st.sampled_from(DECLS), min_size=1, max_size=5, unique=True))
+def test_op_declarations_span_their_whole_text(decls):
+    source = "\n".join(decls) + "\n"
+    lines = source.split("\n")
+    for text, decl in zip(decls, parse(source, "t.qpat", inline=False).ops, strict=True):
+        assert _text(lines, decl.span) == text
+
+
+def test_an_emit_ends_on_the_brace_of_its_params():
+    source = "rule r {\n  match y = a.B(x)\n  emit y = qnn.Tile(x) { multiples: [1, 2] }\n}\n"
+    emit = parse(source, "t.qpat", inline=False).rules[0].body[1]
+    assert _text(source.split("\n"), emit.span) == "emit y = qnn.Tile(x) { multiples: [1, 2] }"
