@@ -82,9 +82,9 @@ class LspClient:
             else:
                 self.notifications.append(msg)
 
-    def initialize(self, root: Path) -> dict:
+    def initialize(self, root: Path, capabilities: dict | None = None) -> dict:
         result = self.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri(),
-                                             "capabilities": {}})
+                                             "capabilities": capabilities or {}})
         self.notify("initialized", {})
         return result
 
