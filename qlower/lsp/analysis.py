@@ -107,7 +107,7 @@ class Workspace:
             doc = self.docs[key] = DocState(key, text, version)
         else:
             doc.text, doc.version = text, version
-        if len(self._parse_cache) > 4 * len(self.docs) + 256:  # old versions of edited buffers
+        if len(self._parse_cache) > 64 * len(self.docs) + 4096:  # old versions of edited buffers (and their pieces)
             self._parse_cache.clear()
         return [key, *[p for p, d in self.docs.items() if p != key and key in d.closure]]
 

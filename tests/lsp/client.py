@@ -13,9 +13,10 @@ from typing import Any
 
 
 class LspClient:
-    def __init__(self, cwd: Path | None = None) -> None:
+    def __init__(self, cwd: Path | None = None, root: Path | None = None) -> None:
+        """`root`: the checkout whose qlower serves (default: this one; the bench compares two)."""
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(root or Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen([sys.executable, "-m", "qlower.cli.main", "lsp"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)

@@ -170,3 +170,16 @@ def test_keyword_completion_is_the_grammars_words():
     words = set(keywords())
     assert {"map", "fragment", "def", "compute", "overrides", "fold", "tested", "shared", "commutative",
             "wrapping"} <= words
+
+
+def test_qlower_check_resolves_a_copied_packs_file_as_the_server_does(tmp_path, capsys):
+    from qlower.cli.main import main
+    from qlower.lang.loader import pack_folder
+
+    copy = tmp_path / "checkout" / "patterns" / "mllm"
+    shutil.copytree(MLLM, copy)
+    assert pack_folder(copy / "repeat.qpat", {}) == copy.resolve()
+    assert main(["check", str(copy / "repeat.qpat")]) == 0, capsys.readouterr().err
+    (copy / "repeat.qpat").write_text("rule r {\n  match y = mllm.Repeat(x) { times: 1 }\n  emit y = z\n}\n")
+    assert main(["check", str(copy / "repeat.qpat")]) == 1  # its own errors still count
+    assert "repeat.qpat:3:" in capsys.readouterr().err
