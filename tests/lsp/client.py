@@ -50,7 +50,7 @@ class LspClient:
     def notify(self, method: str, params: Any = None) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
-    def request(self, method: str, params: Any = None, timeout: float = 60) -> Any:
+    def request(self, method: str, params: Any = None, timeout: float = 300) -> Any:
         self._next += 1
         rid = self._next
         self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
@@ -67,7 +67,7 @@ class LspClient:
             else:
                 self.notifications.append(msg)
 
-    def wait_for(self, method: str, uri: str | None = None, timeout: float = 60) -> dict:
+    def wait_for(self, method: str, uri: str | None = None, timeout: float = 300) -> dict:
         """The next notification `method` (for `uri`), waiting for it to arrive."""
         for i, n in enumerate(self.notifications):
             if n["method"] == method and (uri is None or n["params"].get("uri") == uri):
@@ -89,7 +89,7 @@ class LspClient:
         self.notify("initialized", {})
         return result
 
-    def shutdown(self, timeout: float = 30) -> int:
+    def shutdown(self, timeout: float = 120) -> int:
         self.request("shutdown")
         self.notify("exit")
         try:

@@ -8,7 +8,7 @@ local buf = vim.api.nvim_get_current_buf()
 local id = vim.lsp.start({ name = "qlower", cmd = { python, "-m", "qlower.cli.main", "lsp" },
                            root_dir = vim.fs.dirname(file) }, { bufnr = buf })
 local result = { started = id ~= nil }
-local got = vim.wait(120000, function() return #vim.diagnostic.get(buf) > 0 end, 50)
+local got = vim.wait(300000, function() return #vim.diagnostic.get(buf) > 0 end, 50)
 local client = id and vim.lsp.get_client_by_id(id)
 result.encoding = client and client.offset_encoding
 result.diagnostics = {}
@@ -21,7 +21,7 @@ result.waited = got
 local function ask(method, line, col)
   vim.api.nvim_win_set_cursor(0, { line + 1, col })
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
-  local answers = vim.lsp.buf_request_sync(buf, method, params, 60000) or {}
+  local answers = vim.lsp.buf_request_sync(buf, method, params, 300000) or {}
   for _, a in pairs(answers) do
     if a.result then return a.result end
   end

@@ -60,7 +60,7 @@ def test_neovim_sees_diagnostics_on_their_tokens_and_answers_at_byte_columns(tmp
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_DATA_HOME": str(tmp_path / "data")}
     done = subprocess.run([NVIM, "--headless", "--clean", "-l", str(ROOT / "tests" / "lsp" / "neovim_session.lua"),
-                           str(path), str(out), sys.executable], capture_output=True, text=True, timeout=300,
+                           str(path), str(out), sys.executable], capture_output=True, text=True, timeout=900,
                           env=env, stdin=subprocess.DEVNULL, cwd=tmp_path)
     assert out.is_file(), done.stdout + done.stderr
     seen = json.loads(out.read_text())
