@@ -32,7 +32,6 @@ _WORD = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _HINT = re.compile(r"did you mean `([^`]+)`\?")
 
 
-
 @attrs.frozen
 class Location:
     path: Path
@@ -80,9 +79,9 @@ class DocState:
     _lines: tuple[str, list[str]] | None = None
 
     def lines(self) -> list[str]:
-        """The text's lines, split once per text."""
+        """The text's lines as the loader's spans and the client count them (split at line ends only), once per text."""
         if self._lines is None or self._lines[0] is not self.text:
-            self._lines = (self.text, self.text.splitlines())
+            self._lines = (self.text, [x.removesuffix("\r") for x in self.text.split("\n")])
         return self._lines[1]
 
 
@@ -151,7 +150,7 @@ class Workspace:
             if text is not None:
                 return text
         try:
-            lines = key.read_text(encoding="utf-8").splitlines()
+            lines = [x.removesuffix("\r") for x in key.read_text(encoding="utf-8").split("\n")]
         except (OSError, UnicodeDecodeError):
             return ""
         return lines[line] if 0 <= line < len(lines) else ""
