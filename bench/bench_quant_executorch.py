@@ -15,6 +15,7 @@ Needs the optional tools (torch, torchao, executorch, transformers); prints a no
 one is absent. Run:
 
     python bench/bench_quant_executorch.py [--models llama,gpt2] [--configs 8a8w,16a8w] [--json out.json]
+        [--save DIR [--reuse]] [--no-float16]
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def output_step(graph: Any) -> float | None:
     return float(src.quant.scale[0])
 
 
-def run_cell(name: str, config: str, rules: Any, backend: str = "htp", save: Path | None = None) -> dict[str, Any]:
+def run_cell(name: str, config: str, rules: Any, backend: str = "htp", save: Path | None = None,
+             float16: bool | None = None, reuse: bool = False) -> dict[str, Any]:
     import torch
 
     import qlower
@@ -101,7 +103,7 @@ def run_cell(name: str, config: str, rules: Any, backend: str = "htp", save: Pat
     from qlower.reference.interpreter import run_dequantized
     from zoo_models import MODELS as BUILDERS
 
-    cell: dict[str, Any] = {"model": name, "config": config, "backend": backend}
+    cell: dict[str, Any] = {"model": name, "config": config, "backend": backend, "float16": float16}
     t0 = time.perf_counter()
     torch.manual_seed(0)
     module, inputs = BUILDERS[name]()
@@ -109,13 +111,20 @@ def run_cell(name: str, config: str, rules: Any, backend: str = "htp", save: Pat
     with torch.no_grad():
         reference = module(*inputs).detach().float().numpy()
         try:
-            program = quantize_program(module, inputs, config)
+            saved = save / f"{name}_{config}.pt2" if save is not None and reuse else None
+            if saved is not None and saved.is_file():  # a program an earlier run wrote: the same quantizer output
+                from qlower.frontends.torch_quant import register_quant_ops
+
+                register_quant_ops(saved)
+                program = torch.export.load(str(saved))
+            else:
+                program = quantize_program(module, inputs, config)
         except Exception as exc:  # the quantizer's own failure: reported, not ours
             cell["status"] = f"quantizer failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
             return cell
         simulated = program.module()(*inputs).detach().float().numpy()
     cell["sqnr_quantizer"] = round(sqnr(reference, simulated), 2)
-    if save is not None:  # the program, for `qlower lower x.pt2` and for looking into a cell
+    if save is not None and not reuse:  # the program, for `qlower lower x.pt2` and for looking into a cell
         save.mkdir(parents=True, exist_ok=True)
         torch.export.save(program, str(save / f"{name}_{config}.pt2"))
     try:
@@ -125,7 +134,7 @@ def run_cell(name: str, config: str, rules: Any, backend: str = "htp", save: Pat
         return cell
     step = output_step(graph)
     feeds = {v.name: t.numpy().astype(v.dtype) for v, t in zip(graph.inputs, inputs)}
-    result = qlower.lower(graph, rules, backend=backend)
+    result = qlower.lower(graph, rules, backend=backend, float16=float16)
     errors = [d for d in result.diagnostics if d.severity.name.lower() == "error"] if result.diagnostics else []
     if not result.ok or result.table is None:
         first = errors[0].message if errors else "lowering did not finish"
@@ -154,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--backend", default="htp")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--reuse", action="store_true", help="load the programs --save wrote instead of quantizing again")
+    ap.add_argument("--no-float16", action="store_true",
+                    help="lower without HTP's float16 pass (which routes a final 16-bit Dequantize through FLOAT_16)")
     ap.add_argument("--save", type=Path, help="write each converted program there as <model>_<config>.pt2")
     args = ap.parse_args(argv)
     absent = missing_tools()
@@ -166,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     cells = []
     for name in args.models.split(","):
         for config in args.configs.split(","):
-            cell = run_cell(name, config, rules, args.backend, args.save)
+            cell = run_cell(name, config, rules, args.backend, args.save, False if args.no_float16 else None,
+                            args.reuse)
             cells.append(cell)
             print(_line(cell), flush=True)
     if args.json:
