@@ -61,7 +61,20 @@ class _Params:
         return self.dtype == other.dtype and self.quant == other.quant
 
 
+@attrs.frozen
+class QdqNode:
+    """A node of another frontend's graph as `fold_qdq` reads it (a NodeProto's op_type, input, output),
+    its attributes a plain mapping: torch programs' quantize/dequantize ops fold with the same rules."""
+
+    op_type: str
+    input: tuple[str, ...]
+    output: tuple[str, ...]
+    attrs: Mapping[str, Any] = attrs.Factory(dict)
+
+
 def _attr(node: Any, name: str, default: Any) -> Any:
+    if isinstance(node, QdqNode):
+        return node.attrs.get(name, default)
     from onnx import helper
 
     for a in node.attribute:
@@ -153,7 +166,8 @@ def fold_qdq(nodes: Sequence[Any], consts: Mapping[str, np.ndarray], types: Mapp
             if dp is not None and dp.same(p) and dq.output[0] not in graph_outputs:
                 res.aliases[dq.output[0]] = t
                 drop.add(id(dq))
-        if id(q) in drop or x in graph_inputs or x in graph_outputs or x not in producer or t in graph_outputs:
+        if id(q) in drop or x in graph_inputs or x in graph_outputs or x not in producer or t in graph_outputs \
+                or x in res.aliases:  # x is a folded DQ's result: this Q requantizes, and stays
             continue
         if len(users.get(x, [])) == 1:  # x feeds only this Q: x itself becomes the quantized tensor
             res.aliases[t] = x

@@ -28,6 +28,7 @@ import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.frontends.fold import fold_constants
+from qlower.frontends.torch_quant import DEQUANTIZE_OP, QUANTIZE_OP
 from qlower.graph.core import Graph, Value
 from qlower.graph.types import DTYPE_NAMES
 from qlower.reference.aten_kernels import NARROWED, AtenKernels, AtenOps, Signature, dtype_name
@@ -64,6 +65,9 @@ def load_exported(ep_or_path: Any, *, decompose: bool = False, fold: bool = True
         if not path.is_file():
             raise _fail(f"no such file: {path}", code="no-file")
         try:
+            from qlower.frontends.torch_quant import register_quant_ops
+
+            register_quant_ops(path)  # pt2e programs name quantize/dequantize ops outside aten
             ep = torch.export.load(str(path))
         except Exception as exc:  # torch reports a bad archive in many ways
             hint = ("if the program takes or returns a type registered at export time (such as transformers' "
@@ -224,12 +228,18 @@ class _Importer:
         self.env: dict[Any, Any] = {}  # fx node → Value, or list of Values for several results
         self.scalars: dict[Any, Any] = {}  # fx node → its Python number (data-dependent sizes, their arithmetic)
         self.symbols: dict[Any, int] = {}  # unbacked size symbol (u0, ...) → its value
+        self.quant: Any = None  # torch_quant.QuantPlan of a pt2e-quantized program
+        self.by_name: dict[str, Any] = {}  # fx node name → fx node
 
     def run(self, name: str) -> Graph:
         self.graph.name = name
         specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs if hasattr(s.arg, "name")}
         inputs: list[Value] = []
         outputs: list[Value] = []
+        from qlower.frontends.torch_quant import plan_quant
+
+        self.by_name = {n.name: n for n in self.ep.graph.nodes}
+        self.quant = plan_quant(self.ep, self.torch, lambda n: self._const_data(n, specs.get(n.name)))
         for node, value in _data_dependent_scalars(self.ep, self.torch).items():
             self.scalars[node] = value
             expr = getattr(getattr(node.meta.get("val"), "node", None), "expr", None)
@@ -254,10 +264,53 @@ class _Importer:
         if not isinstance(val, self.torch.Tensor):
             raise _fail(f"expected a tensor, got {type(val).__name__}", subject=subject, code="not-a-tensor",
                         hint="data-dependent values (item(), nonzero()) cannot be imported")
+        enc = self.quant.encoding(name) if self.quant is not None else None
+        if enc is not None:  # a tensor of a pt2e program that the quantize/dequantize fold quantized
+            return self.graph.add_value(self.graph.fresh_value_name(name), enc[0],
+                                        _static_shape(val, subject, self.symbols), quant=enc[1])
         dt = dtype_name(val.dtype)
         if dt not in DTYPE_NAMES:
             raise _fail(f"dtype {val.dtype} has no QNN counterpart", subject=subject, code="dtype")
         return self.graph.add_value(self.graph.fresh_value_name(name), dt, _static_shape(val, subject, self.symbols))
+
+    def _const_data(self, node: Any, spec: Any) -> np.ndarray | None:
+        """A lifted constant's data as numpy in its own dtype (None for user inputs and computed values)."""
+        if node.op != "placeholder" or spec is None or spec.kind.name not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+            return None
+        t = self.ep.state_dict.get(spec.target)
+        t = self.ep.constants.get(spec.target) if t is None else t
+        if t is None or not isinstance(t, self.torch.Tensor):
+            return None
+        t = t.detach().cpu()
+        return (t.float() if t.dtype == self.torch.bfloat16 else t).contiguous().numpy()
+
+    def _quant_op(self, node: Any) -> None:
+        """A quantize/dequantize op of a pt2e program, as the fold decided (torch_quant)."""
+        q = self.quant
+        name = node.name
+        if name not in q.kept:
+            if name in q.result.quant_consts:
+                data, quant = q.result.quant_consts[name]
+                self.env[node] = self.graph.add_value(self.graph.fresh_value_name(name), data.dtype, data.shape,
+                                                      quant=quant, data=data)
+            else:
+                self.env[node] = self.env[self.by_name[q.result.resolve(name)]]
+            return
+        x = self.by_name[q.result.resolve(node.args[0].name)] if hasattr(node.args[0], "name") else None
+        operand = self._operand(x, name)
+        result = self._value(name, node.meta.get("val"))
+        if name in q.quantizes:
+            if result.quant is None:
+                raise _fail("a quantize op whose encoding qlower could not read", subject=f"node {name}",
+                            code="torch-quant", hint="its scale and zero point must be constants")
+            self.graph.add_op(name, QUANTIZE_OP, [operand], [result], {})
+        else:
+            if operand.quant is None:
+                raise _fail("a dequantize op whose operand has no encoding qlower could read",
+                            subject=f"node {name}", code="torch-quant",
+                            hint="its scale and zero point must be constants")
+            self.graph.add_op(name, DEQUANTIZE_OP, [operand], [result], {})
+        self.env[node] = result
 
     def _placeholder(self, node: Any, spec: Any, inputs: list[Value]) -> None:
         kind = spec.kind.name if spec is not None else "USER_INPUT"
@@ -273,7 +326,7 @@ class _Importer:
             return
         if kind not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
             raise _fail(f"unsupported input kind {kind}", subject=f"input {node.name}")
-        if not node.users:
+        if not node.users or (self.quant is not None and node.name in self.quant.unread):
             return
         tensor = self.ep.state_dict.get(spec.target)
         if tensor is None:
@@ -307,7 +360,13 @@ class _Importer:
             v = self.env[src][idx]
             if not self.graph.has_value(node.name):
                 self.graph.rename_value(v, node.name)
+            enc = self.quant.encoding(node.name) if self.quant is not None else None
+            if enc is not None and isinstance(v, Value):  # one result of a multi-result op, quantized
+                v.dtype, v.quant = enc
             self.env[node] = v
+            return
+        if self.quant is not None and node.name in self.quant.qdq_nodes:
+            self._quant_op(node)
             return
         if not isinstance(target, self.torch._ops.OpOverload) or target.namespace != "aten":
             raise _fail(f"unsupported op {target}", subject=f"node {node.name}", code="unsupported-op",

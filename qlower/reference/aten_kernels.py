@@ -343,6 +343,29 @@ def aten_kernel(type_name: str, ops: AtenOps) -> Kernel:
     return kernel
 
 
+def _quantize_encoded(inputs: Sequence[np.ndarray | None], attrs_: Mapping[str, Any],
+                      outs: Sequence[OutSpec]) -> list[np.ndarray]:
+    """The real value of a quantize the frontend kept: dequantize(quantize(x)) on the result's encoding."""
+    from qlower.reference.quant import dequantize, quantize
+
+    enc, dtype = outs[0].encoding, outs[0].dtype
+    if enc is None:
+        raise KernelError("aten.quantize_encoded: the result has no encoding")
+    return [dequantize(quantize(np.asarray(inputs[0], np.float64), enc, dtype), enc, dtype)]
+
+
+def _dequantize_encoded(inputs: Sequence[np.ndarray | None], attrs_: Mapping[str, Any],
+                        outs: Sequence[OutSpec]) -> list[np.ndarray]:
+    """A dequantize is the identity on real values (its operand arrives dequantized)."""
+    return [np.asarray(inputs[0]).astype(outs[0].dtype)]
+
+
+# Ops of the aten dialect that are not ATen's: the quantize/dequantize ops that
+# qlower.frontends.torch_quant keeps where a pt2e program enters and leaves fixed point.
+ENCODED_KERNELS: Mapping[str, Kernel] = {"quantize_encoded": _quantize_encoded,
+                                         "dequantize_encoded": _dequantize_encoded}
+
+
 class AtenKernels(Mapping[str, Kernel]):
     """Kernels for the given op types, or for every ATen op when `names` is None (importing torch to list them)."""
 
@@ -362,6 +385,9 @@ class AtenKernels(Mapping[str, Kernel]):
         if name not in self._made:
             if self._names is not None and name not in self._names:
                 raise KeyError(name)
+            if name in ENCODED_KERNELS:  # qlower's own ops of the dialect (pt2e quantize/dequantize)
+                self._made[name] = ENCODED_KERNELS[name]
+                return self._made[name]
             if self._names is None and self._ops.form(name) is None:
                 raise KeyError(name)
             self._made[name] = aten_kernel(name, self._ops)
