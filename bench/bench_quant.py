@@ -354,7 +354,10 @@ def _float_ops(qnn: Any) -> int:
     return n
 
 
-def lower_cell(q: Quantized, feeds: Mapping[str, np.ndarray], float_out: np.ndarray, backend: str) -> str:
+def lower_cell(q: Quantized, feeds: Mapping[str, np.ndarray], float_out: np.ndarray, column: str) -> str:
+    """One backend column: `htp`, `cpu`, ... or `htp:f32` (HTP with its float ops in float32, no float16 pass)."""
+    backend, _, variant = column.partition(":")
+    float16 = False if variant == "f32" else None
     import qlower
     from qlower.api import load_model
     from qlower.diagnostics import QlowerError
@@ -362,7 +365,7 @@ def lower_cell(q: Quantized, feeds: Mapping[str, np.ndarray], float_out: np.ndar
 
     try:
         graph = load_model(q.path)
-        result = qlower.lower(graph, _rules(), backend=backend)
+        result = qlower.lower(graph, _rules(), backend=backend, float16=float16)
     except QlowerError as exc:
         return "import: " + exc.diagnostics[0].message.splitlines()[0][:150]
     if not result.ok:
@@ -415,7 +418,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default=None, help="models (comma-separated)")
     p.add_argument("--quantizers", default=None, help="columns (comma-separated); default: all registered")
-    p.add_argument("--backends", default="htp,cpu")
+    p.add_argument("--backends", default="htp,cpu", help="columns: htp, cpu, htp:f32 (no float16 pass), ...")
     p.add_argument("--layers", type=int, default=1, help="transformer layers")
     p.add_argument("--keep", default=None, help="keep models here")
     args = p.parse_args(argv)
@@ -440,7 +443,9 @@ def main(argv=None) -> int:
             if cells is None:
                 t0 = time.perf_counter()
                 try:
-                    float_path = export(model, work / "float.onnx", q.opset)
+                    float_path = root / name / f"float_opset{q.opset or 'default'}.onnx"
+                    if not float_path.exists():  # one export per model and opset, shared by the columns
+                        export(model, float_path, q.opset)
                     float_out = _ort_session(float_path).run(None, feeds)[0].astype(np.float64)
                     quantized = q.run(model, float_path, calib, work)
                 except NotApplicable as exc:

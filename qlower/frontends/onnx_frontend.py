@@ -20,8 +20,9 @@ The model's default-domain opset is kept on the graph as `graph.onnx_opset`.
 Tensors: shapes and dtypes come from ONNX shape inference; initializers and
 Constant nodes become constants; int64 becomes int32 (QNN has no int64
 compute); Shape/Size of statically shaped tensors become constants; empty
-optional inputs are absent operands. QDQ pairs are folded into encodings
-(`onnx_qdq`). Empty tensors (a 0 dim) become empty constants, which
+optional inputs are absent operands. QDQ nodes are folded into encodings by
+node units, as onnxruntime's QNN EP groups them (`onnx_qdq`); com.microsoft
+QuantizeLinear/DequantizeLinear are imported as the default-domain ops. Empty tensors (a 0 dim) become empty constants, which
 Concat drops (`fold_empty`). Then everything computable from constants is
 folded with the onnx reference kernels; a graph output that folded to a
 constant gets an `onnx.Identity` of the constant as its producer (an empty

@@ -64,6 +64,7 @@ def reencode_unsupported(graph: Graph, registry: OpDefRegistry, backend: str, *,
     """Make the ops whose quantized datatypes `backend` lacks valid where exact (module doc); returns
     how many ops changed."""
     changed = 0
+    made: dict[str, Value] = {}  # one re-encoded copy per static tensor, whatever reads it
     for op in list(graph.ops):
         if not op.type.startswith("qnn.") or op.type in ("qnn.Quantize", "qnn.Dequantize"):
             continue
@@ -71,14 +72,15 @@ def reencode_unsupported(graph: Graph, registry: OpDefRegistry, backend: str, *,
         ins, outs = [_dt(v) for v in op.operands], [_dt(r) for r in op.results]
         if _valid(registry, backend, kind, ins, outs):
             continue
-        if _flip_static(graph, op, registry, backend, ins, outs):
+        if _flip_static(graph, op, registry, backend, ins, outs, made):
             changed += 1
         elif float_fallback and _in_float(graph, op, registry, backend):
             changed += 1
     return changed
 
 
-def _flip_static(graph: Graph, op: Op, registry: OpDefRegistry, backend: str, ins: list, outs: list) -> bool:
+def _flip_static(graph: Graph, op: Op, registry: OpDefRegistry, backend: str, ins: list, outs: list,
+                 made: dict[str, Value]) -> bool:
     slots = [(i, f) for i, v in enumerate(op.operands) if v is not None and (f := flipped(v)) is not None]
     if not slots:
         return False
@@ -89,7 +91,10 @@ def _flip_static(graph: Graph, op: Op, registry: OpDefRegistry, backend: str, in
         return False
     for i, (data, dtype, quant) in slots:
         v = op.operands[i]
-        nv = graph.add_value(graph.fresh_value_name(f"{v.name}.{dtype.name}"), dtype, v.shape, quant=quant, data=data)
+        nv = made.get(v.name)
+        if nv is None:
+            nv = made[v.name] = graph.add_value(graph.fresh_value_name(f"{v.name}.{dtype.name}"), dtype, v.shape,
+                                                quant=quant, data=data)
         graph.set_operand(op, i, nv)
         if not v.users and not v.is_output and graph.has_value(v.name):
             graph.remove_value(v)

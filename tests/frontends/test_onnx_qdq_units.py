@@ -106,6 +106,7 @@ def test_ort_qnn_quantized_block_matches_onnxruntime(tmp_path, onnx_rules, backe
         for op in (o for o in g.ops if o.type == t):
             assert op.results[0].quant is not None, t  # node units: quantized ops
     sixteen = activation == "QUInt16"
+    gamma = next(op for op in g.ops if op.type == "onnx.LayerNormalization").operands[1]
     # (HTP's float16 pass still routes a 16-bit output's Dequantize through FLOAT_16, losing steps:
     # issue 27 item 4, another change; here HTP computes its float ops in float32.)
     result = qlower.lower(g, onnx_rules, backend=backend, float16=False if sixteen else None)
@@ -114,6 +115,10 @@ def test_ort_qnn_quantized_block_matches_onnxruntime(tmp_path, onnx_rules, backe
     assert counts.get("Dequantize", 0) >= 1 and counts.get("Quantize", 0) >= 1  # the float Where's boundary
     floats = [op.type for op in result.qnn.ops if op.type not in ("Dequantize", "Quantize", "Cast")
               and any(result.qnn.tensors[o].datatype.name.startswith("FLOAT") for o in op.outputs)]
+    if weight == "QInt8" and not (backend == "cpu" and sixteen):  # int8 gamma: HTP and CPU read it as uint8
+        assert gamma.dtype == np.int8
+        ln, = [op for op in result.qnn.ops if op.type == "LayerNorm"]
+        assert result.qnn.tensors[ln.inputs[1]].datatype.name == "UFIXED_POINT_8"
     if backend == "cpu" and sixteen:  # CPU has no 16-bit fixed point: every op in float32 between Q/DQ
         assert "FullyConnected" in floats and "LayerNorm" in floats
         assert counts["Quantize"] >= 8
@@ -227,6 +232,19 @@ def test_blocked_weights_exact_in_block_expansion_keep_their_blocks():
     g = load_onnx(_blocked_model(np.array([[3, 15, 1, 15], [15, 7, 15, 2]]) * per_channel))
     w = next(op for op in g.ops if op.type == "onnx.MatMul").operands[1]
     assert w.quant.block_size == 2 and w.quant.block_axis == 0 and w.quant.axis == 1 and w.dtype == np.int8
+
+
+@pytest.mark.parametrize("backend", ["htp", "cpu"])
+def test_blocked_weights_lower_to_block_expansion_and_match_onnxruntime(onnx_rules, backend):
+    per_channel = np.array([0.01, 0.02, 0.03, 0.04])
+    m = _blocked_model(np.array([[3, 15, 1, 15], [15, 7, 15, 2]]) * per_channel)
+    result = qlower.lower(load_onnx(m), onnx_rules, backend=backend)
+    result.raise_for_errors()
+    fc, = [op for op in result.qnn.ops if op.type == "FullyConnected"]
+    assert result.qnn.tensors[fc.inputs[1]].encoding.kind.name == "BLOCKWISE_EXPANSION"
+    x = np.random.default_rng(0).uniform(-2, 2, (3, 4)).astype(np.float32)
+    got = run_dequantized(result.qnn, {"x": x})["y"]
+    assert np.max(np.abs(got - _ort_run(m, {"x": x}))) <= 0.05 * 1.001  # one output step (rounding ties)
 
 
 def test_blocked_weights_not_exact_become_float_and_the_op_stays_float():
