@@ -18,6 +18,8 @@ An op neither makes valid is left for validation to report (naming the op and it
 
 from __future__ import annotations
 
+import itertools
+
 import attrs
 import numpy as np
 
@@ -29,6 +31,7 @@ from qlower.qnn.opdef import OpDefRegistry
 _PLAIN = {"int8": DataType.INT_8, "int16": DataType.INT_16, "int32": DataType.INT_32, "uint8": DataType.UINT_8,
           "uint16": DataType.UINT_16, "uint32": DataType.UINT_32, "float16": DataType.FLOAT_16,
           "float32": DataType.FLOAT_32, "bool": DataType.BOOL_8}
+_MAX_FLIPS = 4  # static operands tried per op (subsets of them)
 _FLIP = {"int8": "uint8", "uint8": "int8", "int16": "uint16", "uint16": "int16"}
 
 
@@ -81,15 +84,21 @@ def reencode_unsupported(graph: Graph, registry: OpDefRegistry, backend: str, *,
 
 def _flip_static(graph: Graph, op: Op, registry: OpDefRegistry, backend: str, ins: list, outs: list,
                  made: dict[str, Value]) -> bool:
-    slots = [(i, f) for i, v in enumerate(op.operands) if v is not None and (f := flipped(v)) is not None]
-    if not slots:
+    flippable = [(i, f) for i, v in enumerate(op.operands) if v is not None and (f := flipped(v)) is not None]
+    chosen = None
+    for k in range(1, min(len(flippable), _MAX_FLIPS) + 1):  # the fewest re-encoded operands that do
+        for slots in itertools.combinations(flippable, k):
+            trial = list(ins)
+            for i, (_, dtype, _) in slots:
+                trial[i] = from_numpy(dtype, quantized=True)
+            if _valid(registry, backend, op.type[4:], trial, outs):
+                chosen = slots
+                break
+        if chosen is not None:
+            break
+    if chosen is None:
         return False
-    trial = list(ins)
-    for i, (data, dtype, quant) in slots:
-        trial[i] = from_numpy(dtype, quantized=True)
-    if not _valid(registry, backend, op.type[4:], trial, outs):
-        return False
-    for i, (data, dtype, quant) in slots:
+    for i, (data, dtype, quant) in chosen:
         v = op.operands[i]
         nv = made.get(v.name)
         if nv is None:

@@ -277,3 +277,26 @@ def test_reencoding_keeps_every_real_value(dtype, data):
     assert np.array_equal(before, after)
     nlo, nhi = (0, 2 ** (bits or info.bits) - 1) if new_dtype.kind == "u" else (-(2 ** ((bits or info.bits) - 1)), 2 ** ((bits or info.bits) - 1) - 1)
     assert new.min() >= nlo and new.max() <= nhi and nlo <= quant.zero_point[0] <= nhi
+
+
+def test_layernorm_int8_gamma_uint8_beta_reencodes_only_gamma_on_htp(onnx_rules):
+    """BERT as get_qnn_qdq_config quantizes it: the gamma is int8, the beta uint8; HTP's LayerNorm
+    takes neither int8 gamma nor a re-encoded beta, so only the gamma is re-encoded."""
+    rng = np.random.default_rng(3)
+    inits = [_arr("s", 0.03), nh.from_array(np.array(128, np.uint8), "z"),
+             nh.from_array(rng.integers(-127, 128, 8).astype(np.int8), "g"), _arr("gs", 0.01),
+             nh.from_array(np.array(0, np.int8), "gz"),
+             nh.from_array(rng.integers(0, 256, 8).astype(np.uint8), "b"), _arr("bs", 0.002),
+             nh.from_array(np.array(120, np.uint8), "bz"), _arr("so", 0.02), nh.from_array(np.array(127, np.uint8), "zo")]
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]), h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             h.make_node("DequantizeLinear", ["g", "gs", "gz"], ["gd"]), h.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bd"]),
+             h.make_node("LayerNormalization", ["xd", "gd", "bd"], ["n"], axis=-1),
+             h.make_node("QuantizeLinear", ["n", "so", "zo"], ["nq"]), h.make_node("DequantizeLinear", ["nq", "so", "zo"], ["y"])]
+    m = _model(nodes, [("x", T.FLOAT, [2, 8])], [("y", T.FLOAT, [2, 8])], inits)
+    result = qlower.lower(load_onnx(m), onnx_rules, backend="htp")
+    result.raise_for_errors()
+    ln, = [op for op in result.qnn.ops if op.type == "LayerNorm"]
+    assert [result.qnn.tensors[i].datatype.name for i in ln.inputs] == ["UFIXED_POINT_8"] * 3
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    got = run_dequantized(result.qnn, {"x": x})["y"]
+    assert np.max(np.abs(got - _ort_run(m, {"x": x}))) <= 2 * 0.02
