@@ -255,6 +255,10 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         diags = problems + list(outcome.diagnostics)
         if float16 is None:
             float16 = runs_float_in_float16(backend)
+        if outcome.ok:
+            from qlower.qnn.reencode import reencode_unsupported
+
+            reencode_unsupported(graph, rules.registry, backend, float_fallback=not runs_float_in_float16(backend))
         if float16 and outcome.ok:
             to_float16(graph, rules.registry, backend)
         if outcome.ok and rules.ruleset.computes:

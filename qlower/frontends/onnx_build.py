@@ -162,7 +162,10 @@ class GraphBuilder:
         v = values.get(name)
         if v is not None:
             return v
-        if name in self.qdq.quant_consts:
+        if name in self.qdq.float_consts and not produced:
+            data = self.qdq.float_consts[name]
+            v = graph.add_value(name, data.dtype, data.shape, data=data)
+        elif name in self.qdq.quant_consts:
             data, quant = self.qdq.quant_consts[name]
             v = graph.add_value(name, data.dtype, data.shape, quant=quant, data=data)
         elif name in self.consts and not produced:

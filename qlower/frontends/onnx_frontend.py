@@ -20,8 +20,9 @@ The model's default-domain opset is kept on the graph as `graph.onnx_opset`.
 Tensors: shapes and dtypes come from ONNX shape inference; initializers and
 Constant nodes become constants; int64 becomes int32 (QNN has no int64
 compute); Shape/Size of statically shaped tensors become constants; empty
-optional inputs are absent operands. QDQ pairs are folded into encodings
-(`onnx_qdq`). Empty tensors (a 0 dim) become empty constants, which
+optional inputs are absent operands. QDQ nodes are folded into encodings by
+node units, as onnxruntime's QNN EP groups them (`onnx_qdq`); com.microsoft
+QuantizeLinear/DequantizeLinear are imported as the default-domain ops. Empty tensors (a 0 dim) become empty constants, which
 Concat drops (`fold_empty`). Then everything computable from constants is
 folded with the onnx reference kernels; a graph output that folded to a
 constant gets an `onnx.Identity` of the constant as its producer (an empty
@@ -85,6 +86,7 @@ def load_onnx(source: str | Path | Any, *, input_shapes: Mapping[str, Sequence[i
     model = read_model(source)
     opset = default_opset(model)
     _check_nodes(model)
+    model = _contrib_qdq_to_default(model)
     model = _with_input_shapes(model, input_shapes or {})
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
@@ -127,11 +129,35 @@ def _check_nodes(model: Any) -> None:
 
     for i, n in enumerate(model.graph.node):
         who = f"node {n.name or f'#{i}'} ({(n.domain + '.') if n.domain else ''}{n.op_type})"
+        if n.domain == "com.microsoft" and n.op_type in _CONTRIB_QDQ:
+            continue
+        if n.op_type == "MatMulNBits" and n.domain == "com.microsoft":
+            raise _fail(f"{who}: MatMulNBits (ONNX Runtime's packed n-bit weight MatMul) is not imported; "
+                        "quantize to QDQ instead (blocked DequantizeLinear of int4 weights, opset 21, which "
+                        "qlower lowers)", subject=who,
+                        hint="onnxruntime.quantization.quantize_static with QDQ format, or "
+                             "matmul_nbits_quantizer with quant_format=QuantFormat.QDQ")
         if n.domain not in DEFAULT_DOMAINS:
             raise _fail(f"{who} is in domain {n.domain!r}; only the default ONNX domain is imported",
                         subject=who, hint="export without contrib ops, or add a plugin frontend for the domain")
         if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in n.attribute):
             raise _fail(f"{who} has a subgraph; control flow (If/Loop/Scan) is not imported", subject=who)
+
+
+_CONTRIB_QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _contrib_qdq_to_default(model: Any) -> Any:
+    """com.microsoft QuantizeLinear/DequantizeLinear (16- and 4-bit types before opset 21) compute
+    what the default-domain ops compute: import them as those (a copy; the caller's model stays)."""
+    if not any(n.domain == "com.microsoft" and n.op_type in _CONTRIB_QDQ for n in model.graph.node):
+        return model
+    onnx = _onnx()
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for n in model.graph.node:
+        if n.domain == "com.microsoft" and n.op_type in _CONTRIB_QDQ:
+            n.domain = ""
+    return model
 
 
 def _with_input_shapes(model: Any, shapes: Mapping[str, Sequence[int]]) -> Any:
