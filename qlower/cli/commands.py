@@ -118,11 +118,11 @@ def fmt(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- lower
-def load_model(path: str, frontend: str = "auto", *, input_shapes=None):
+def load_model(path: str, frontend: str = "auto", *, input_shapes=None, quantization_overrides=None):
     """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
     from qlower.api import load_model as _load
 
-    return _load(path, frontend, input_shapes=input_shapes)
+    return _load(path, frontend, input_shapes=input_shapes, quantization_overrides=quantization_overrides)
 
 
 def choose_frontend(path: str, frontend: str = "auto"):
@@ -175,7 +175,8 @@ def lower(args: argparse.Namespace) -> int:
               "static)", file=sys.stderr)
         return 2
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend, input_shapes=shapes)
+    graph = load_model(args.model, args.frontend, input_shapes=shapes,
+                       quantization_overrides=getattr(args, "quantization_overrides", None))
     # The loaded graph lives until the process ends: keep the cyclic collector from
     # rescanning its millions of objects in every later phase (seconds each on big models),
     # loading the rules included.
@@ -309,7 +310,7 @@ def debug(args: argparse.Namespace) -> int:
     from qlower.api import lower as lower_graph
 
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend)
+    graph = load_model(args.model, args.frontend, quantization_overrides=args.quantization_overrides)
     rules = rules_for(args, graph)
     source = _snapshot(graph)
     result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None)
