@@ -119,10 +119,23 @@ def fmt(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- lower
 def load_model(path: str, frontend: str = "auto", *, input_shapes=None, quantization_overrides=None):
-    """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
+    """Import a model file with the named (or, for `auto`, the suffix's) frontend, and apply an encodings
+    file to it; what the file did is said on stderr (entries it could not apply included)."""
     from qlower.api import load_model as _load
 
-    return _load(path, frontend, input_shapes=input_shapes, quantization_overrides=quantization_overrides)
+    graph = _load(path, frontend, input_shapes=input_shapes)
+    if quantization_overrides is not None:
+        from qlower.frontends.overrides import apply_overrides
+        from qlower.graph.encodings import read_encodings
+
+        done = apply_overrides(graph, read_encodings(quantization_overrides))
+        line = (f"{quantization_overrides}: {len(done.params)} weights, {len(done.activations)} activations "
+                f"quantized; {len(done.biases)} biases int32 from their input and weight scales")
+        if done.skipped:
+            name, why = done.skipped[0]
+            line += f"; {len(done.skipped)} entries not applied (first: {name}: {why})"
+        print(line, file=sys.stderr)
+    return graph
 
 
 def choose_frontend(path: str, frontend: str = "auto"):
