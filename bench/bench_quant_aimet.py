@@ -131,7 +131,9 @@ def cell(path: Path, config: str, calib, feed, work: Path) -> str:
     except qlower.QlowerError as exc:
         return "lower: " + str(exc).splitlines()[0][:100]
     if not result.ok:
-        return f"lower/validate: {len(result.errors)} errors, first: " + result.errors[0].message[:90]
+        first = result.errors[0]
+        return (f"lower/validate: {len(result.errors)} errors, first: {getattr(first, 'subject', None) or '?'}: "
+                + first.message[:90])
     verdict = "verify ok" if result.verification.passed else "VERIFY FAILED"
     have = run(result.qnn, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in feed.items()})
     have = next(iter(have.values())) if "y" not in have else have["y"]
