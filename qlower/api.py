@@ -316,19 +316,31 @@ def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[st
     return result.verification
 
 
-def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mapping[str, Sequence[int]] | None = None
-               ) -> Graph:
+def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               quantization_overrides: str | Path | Any = None) -> Graph:
     """Import a model file with the named (or, for `auto`, the suffix's) frontend.
 
     `input_shapes` (name → dims) goes to frontends that take it (`Frontend.options`).
+    `quantization_overrides`: an AIMET encodings file (path, or a read
+    `qlower.graph.encodings.EncodingSet`) applied to the float model as QNN's converter applies
+    `--quantization_overrides` (`qlower.frontends.overrides`).
     """
     chosen = choose_frontend(path, frontend)
     if input_shapes:
         if "input_shapes" not in chosen.options:
             raise QlowerError(error(f"the {chosen.name} frontend takes no input shapes (--input-shape)",
                                     hint="its models have static shapes already", code="usage"))
-        return chosen.load(Path(path), input_shapes=input_shapes)
-    return chosen.load(Path(path))
+        graph = chosen.load(Path(path), input_shapes=input_shapes)
+    else:
+        graph = chosen.load(Path(path))
+    if quantization_overrides is not None:
+        from qlower.frontends.overrides import apply_overrides
+        from qlower.graph.encodings import EncodingSet, read_encodings
+
+        enc = (quantization_overrides if isinstance(quantization_overrides, EncodingSet)
+               else read_encodings(quantization_overrides))
+        apply_overrides(graph, enc)
+    return graph
 
 
 def choose_frontend(path: str | Path, frontend: str = "auto"):

@@ -130,11 +130,24 @@ def fmt(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- lower
-def load_model(path: str, frontend: str = "auto", *, input_shapes=None):
-    """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
+def load_model(path: str, frontend: str = "auto", *, input_shapes=None, quantization_overrides=None):
+    """Import a model file with the named (or, for `auto`, the suffix's) frontend, and apply an encodings
+    file to it; what the file did is said on stderr (entries it could not apply included)."""
     from qlower.api import load_model as _load
 
-    return _load(path, frontend, input_shapes=input_shapes)
+    graph = _load(path, frontend, input_shapes=input_shapes)
+    if quantization_overrides is not None:
+        from qlower.frontends.overrides import apply_overrides
+        from qlower.graph.encodings import read_encodings
+
+        done = apply_overrides(graph, read_encodings(quantization_overrides))
+        line = (f"{quantization_overrides}: {len(done.params)} weights, {len(done.activations)} activations "
+                f"quantized; {len(done.biases)} biases int32 from their input and weight scales")
+        if done.skipped:
+            name, why = done.skipped[0]
+            line += f"; {len(done.skipped)} entries not applied (first: {name}: {why})"
+        print(line, file=sys.stderr)
+    return graph
 
 
 def choose_frontend(path: str, frontend: str = "auto"):
@@ -187,7 +200,8 @@ def lower(args: argparse.Namespace) -> int:
               "static)", file=sys.stderr)
         return 2
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend, input_shapes=shapes)
+    graph = load_model(args.model, args.frontend, input_shapes=shapes,
+                       quantization_overrides=getattr(args, "quantization_overrides", None))
     # The loaded graph lives until the process ends: keep the cyclic collector from
     # rescanning its millions of objects in every later phase (seconds each on big models),
     # loading the rules included.
@@ -321,7 +335,7 @@ def debug(args: argparse.Namespace) -> int:
     from qlower.api import lower as lower_graph
 
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend)
+    graph = load_model(args.model, args.frontend, quantization_overrides=args.quantization_overrides)
     rules = rules_for(args, graph)
     source = _snapshot(graph)
     result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None)

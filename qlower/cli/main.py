@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     _verify_options(s)
     s.add_argument("--input-shape", action="append", default=[], type=input_shape, metavar="NAME=D0,D1,...",
                    help="fix a graph input's shape (symbolic dims); repeat for more inputs")
+    s.add_argument("--quantization-overrides", default=None, metavar="FILE",
+                   help="an AIMET encodings file (1.0.0 or the older dict format) applied to the model, as QNN's "
+                   "converter applies --quantization_overrides")
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=commands.lower)
 
@@ -134,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--opdefs", action="append", default=[])
     s.add_argument("--no-float16", action="store_true", help="keep float32 on HTP")
     s.add_argument("--json", default=None, metavar="FILE", help="write the per-op table as JSON (qlower-debug/1)")
+    s.add_argument("--quantization-overrides", default=None, metavar="FILE",
+                   help="an AIMET encodings file applied to the model (as for lower)")
     _verify_options(s)
     s.set_defaults(func=commands.debug)
 

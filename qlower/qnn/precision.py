@@ -17,10 +17,11 @@ _F16 = np.dtype("float16")
 _PROV = Provenance("htp_float16", "qlower/qnn/precision.py", "")
 
 
-def _slot_accepts(registry, backend: str | None, op_type: str, kind: str, index: int) -> bool:
-    """Whether some datatype row of `backend` allows FLOAT_16 at this input/output of the op."""
+def _slot_accepts(registry, backend: str | None, op_type: str, kind: str, index: int,
+                  datatype: DataType = DataType.FLOAT_16) -> bool:
+    """Whether some datatype row of `backend` allows `datatype` at this input/output of the op."""
     if registry is None or backend is None:
-        return True
+        return datatype == DataType.FLOAT_16
     sup = registry.supplement(op_type, backend)
     if sup is None or not sup.rows:
         return True
@@ -30,7 +31,7 @@ def _slot_accepts(registry, backend: str | None, op_type: str, kind: str, index:
         dts = row.get(exact)
         if dts is None:
             dts = next((d for n, d in row.entries if n.startswith(f"{prefix}[") and ".." in n), None)
-        if dts is None or DataType.FLOAT_16 in dts:
+        if dts is None or datatype in dts:
             return True
     return False
 
@@ -80,6 +81,15 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
     for v in list(graph.outputs):
         if v.dtype != _F32 or v.producer is None or _keeps_f32(v, registry, backend):
             continue
+        if _exact_output(v, registry, backend):
+            float_users = [(u, j) for u, j in v.users if u.type.startswith("qnn.")]
+            if float_users:  # float ops after it compute in float16, behind a Cast of their own
+                nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
+                _cast(graph, v, nv, f"{v.name}.to_f16", cast_rank)
+                for user, j in float_users:
+                    graph.set_operand(user, j, nv)
+                changed += 1
+            continue
         op = v.producer
         idx = op.results.index(v)
         nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
@@ -90,6 +100,16 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
         _cast(graph, nv, v, f"{v.name}.to_f32", cast_rank)
         changed += 1
     return changed
+
+
+def _exact_output(v, registry, backend: str | None) -> bool:
+    """Whether a float32 graph output stays float32 as its producer computes it: the producer reads
+    no float value (a Dequantize of a 16-bit tensor: its float16 form would lose up to 32 of its
+    steps) and `backend` lets that output be FLOAT_32."""
+    p = v.producer
+    if not p.type.startswith("qnn.") or any(x is not None and x.dtype.kind == "f" for x in p.operands):
+        return False
+    return _slot_accepts(registry, backend, p.type[4:], "out", p.results.index(v), DataType.FLOAT_32)
 
 
 def _saturate_f16(data: np.ndarray) -> np.ndarray:

@@ -192,6 +192,9 @@ class OnnxKernels(Mapping[str, Kernel]):
         if op == "DequantizeLinear" and args and args[0] is not None and args[0].dtype.kind == "f":
             return [np.asarray(args[0], np.float32)]  # already real: the operand carried the encoding
         args, attrs = with_param_inputs(op, args, attrs)
+        if op == "GatherElements" and len(args) == 2 and all(a is not None for a in args):
+            return [_to_result(_gather_elements(args[0], args[1], int(attrs.get("axis", 0))),
+                               outs[0] if outs else None)]
         if op == "MaxPool":
             fixed = _max_pool_exact_path(args, attrs)
             if fixed is not None and fixed[0][0].ndim > args[0].ndim:  # a trailing unit dim: run, drop it
@@ -278,6 +281,27 @@ def _max_pool_exact_path(args: list, attrs: Mapping[str, Any]) -> tuple[list, di
     fixed.update(kernel_shape=kernel + [1], strides=strides + [2], dilations=dilations + [1],
                  pads=pads[:nd] + [0] + pads[nd:] + [0])
     return [np.asarray(x)[..., None]] + list(args[1:]), fixed
+
+
+def _gather_elements(data: np.ndarray, index: np.ndarray, axis: int) -> np.ndarray:
+    """ONNX GatherElements (negative indices count from the end). onnx.reference computes it with
+    np.choose, which takes at most 64 choices, and falls back to a 2-D routine that reads only
+    each row's first index: a [1, 64] table gathered with a [1, 8] index (BERT's token type ids)
+    fails there. numpy's take_along_axis is the op's definition."""
+    if data.ndim != index.ndim:
+        raise KernelError(f"onnx.GatherElements: data of rank {data.ndim} with indices of rank {index.ndim}")
+    axis = axis + data.ndim if axis < 0 else axis
+    if not 0 <= axis < data.ndim:
+        raise KernelError(f"onnx.GatherElements: axis {axis} out of range for rank {data.ndim}")
+    n = data.shape[axis]
+    idx = np.asarray(index, np.int64)
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise KernelError(f"onnx.GatherElements: indices outside [{-n}, {n - 1}]")
+    others = [i for i in range(data.ndim) if i != axis]
+    if any(index.shape[i] > data.shape[i] for i in others):
+        raise KernelError(f"onnx.GatherElements: indices {list(index.shape)} do not fit data {list(data.shape)}")
+    sliced = data[tuple(slice(0, index.shape[i]) if i != axis else slice(None) for i in range(data.ndim))]
+    return np.take_along_axis(sliced, np.where(idx < 0, idx + n, idx), axis=axis)
 
 
 def _widened_spec(spec: OutSpec) -> OutSpec:

@@ -135,6 +135,14 @@ def quantize(real: np.ndarray, enc: QuantEncoding, dtype: np.dtype | DataType | 
     return quantize_affine(real, scale, -offset, lo, hi, _storage(dtype)[0])
 
 
+def on_grid(real: np.ndarray, enc: QuantEncoding, dtype: np.dtype | DataType | str) -> np.ndarray:
+    """Real values as a tensor with encoding `enc` holds them: rounded to its grid and saturated to
+    its range (float32). A quantized model computes this at every encoded tensor (a QDQ model's
+    Q → DQ pair; a quantizer that dropped a Relu or Clip whose range the encoding clamps relies on
+    the saturation)."""
+    return dequantize(quantize(real, enc, dtype), enc, dtype)
+
+
 def float_to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
     """float32 → bfloat16 bit patterns (uint16), rounding to nearest even."""
     bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)

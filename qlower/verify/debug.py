@@ -56,7 +56,7 @@ from qlower.qnn.convert import encoding_of
 from qlower.qnn.model import QnnGraph, QnnTensor, TensorType
 from qlower.reference.interpreter import decode_value, encode_value, graph_inputs, run
 from qlower.reference.quant import dequantize
-from qlower.reference.spec import KernelError, OutSpec
+from qlower.reference.source import constant_value, run_op
 from qlower.verify.tolerance import Tolerance, TolerancePolicy, is_float16_graph
 
 FORMAT = "qlower-debug/1"
@@ -265,7 +265,8 @@ def run_source(graph: Graph, inputs: Mapping[str, np.ndarray],
     """Run source ops (all, or `ops` in the given order) on real values; every value by name.
 
     `env` holds values already known (graph inputs, boundary operands); constants
-    are read from the graph (dequantized), as `qlower.reference.source` does.
+    and results are what `qlower.reference.source` makes of them (dequantized; encoded
+    results on their encoding's grid).
     """
     vals: dict[str, np.ndarray] = dict(env or {})
     vals.update(inputs)
@@ -273,26 +274,14 @@ def run_source(graph: Graph, inputs: Mapping[str, np.ndarray],
     def value_of(v) -> np.ndarray:
         got = vals.get(v.name)
         if got is None and v.data is not None:
-            got = vals[v.name] = (dequantize(v.data, encoding_of(v.quant, v.dtype, v.shape), v.dtype).astype(np.float32)
-                                  if v.quant is not None else v.data)
+            got = vals[v.name] = constant_value(v)
         if got is None:
             raise QlowerError(error("value is used before it is computed", subject=f"tensor {v.name}",
                                     code="not-computed"))
         return got
 
     for op in (graph.topo_order() if ops is None else ops):
-        dialect, _, name = op.type.partition(".")
-        kernel = kernels.get(dialect, {}).get(name)
-        if kernel is None:
-            raise QlowerError(error(f"no reference kernel for {op.type}", subject=f"node {op.name}",
-                                    code="no-kernel"))
-        args = [value_of(v) if v is not None else None for v in op.operands]
-        outs = [OutSpec(r.shape, r.dtype, encoding_of(r.quant, r.dtype, r.shape) if r.quant is not None else None)
-                for r in op.results]
-        try:
-            results = kernel(args, op.attrs, outs)
-        except KernelError as exc:
-            raise QlowerError(error(str(exc), subject=f"node {op.name} ({op.type})", code="kernel")) from None
+        results = run_op(op, [value_of(v) if v is not None else None for v in op.operands], kernels)
         for r, val in zip(op.results, results):
             vals[r.name] = np.asarray(val)
     return vals
@@ -420,6 +409,35 @@ def quantized_origins(qnn: QnnGraph) -> dict[str, QnnTensor]:
     return origin
 
 
+def _channel_last(rank: int) -> tuple[int, ...]:
+    """The permutation from a channel-first (NCHW-like) tensor to its channel-last form."""
+    return (0, *range(2, rank), 1)
+
+
+def _layout_forms(low: _Lowered, members: Mapping[str, list[Op]], ref: Mapping[str, np.ndarray],
+                  tensors: Mapping[str, QnnTensor]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Lowered tensors that hold a source result in channel-last layout: tensor → (source value, perm).
+
+    A rule that lowers a channel-first op (a Conv, a pool) computes it channel-last between
+    Transposes; the cleanup pack then cancels the Transposes between such ops, so the source's
+    result exists in the lowered graph only in the channel-last form. For each source result of a
+    group that the lowered graph lacks, it is the group's last-computed output with the permuted
+    shape (the form the group hands on)."""
+    found: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for g, ops in low.groups.items():
+        for op in members.get(g, ()):
+            for r in op.results:
+                if r.name in tensors or r.name not in ref or np.ndim(ref[r.name]) < 3:
+                    continue
+                perm = _channel_last(np.ndim(ref[r.name]))
+                dims = tuple(np.shape(ref[r.name])[i] for i in perm)
+                cands = [o for q in ops for o in q.outputs if o not in ref and o not in found
+                         and tensors[o].type != TensorType.STATIC and tuple(tensors[o].dims) == dims]
+                if cands:
+                    found[cands[-1]] = (r.name, perm)
+    return found
+
+
 def _worst(checks: Sequence[TensorCheck]) -> TensorCheck | None:
     return max(checks, key=lambda c: (c.ratio, c.error), default=None)
 
@@ -464,6 +482,9 @@ def _localise(source: Graph, qnn: QnnGraph, provenance, ref, feed, kernels, tol,
             return np.asarray(feed[name])
         if name in ref:  # in the stored form: quantized, or rounded to float16
             return encode_value(t, _fit(ref[name], t.dims))
+        if name in layout:  # a source value in the channel-last layout the lowering keeps
+            src, perm = layout[name]
+            return encode_value(t, np.transpose(ref[src], perm))
         got = derived.get(name)
         if got is not None:
             return got
@@ -489,6 +510,8 @@ def _localise(source: Graph, qnn: QnnGraph, provenance, ref, feed, kernels, tol,
                 return None
             name = ins[0]
         return None
+
+    layout = _layout_forms(low, members, ref, tensors)
 
     results: dict[str, tuple[TensorCheck | None, str | None]] = {}
     for g, ops in low.groups.items():
@@ -521,6 +544,10 @@ def _localise(source: Graph, qnn: QnnGraph, provenance, ref, feed, kernels, tol,
             continue
         checks = [check_tensor(o, decode_value(tensors[o], env[o]), local_ref[o], tol(o))
                   for o in produced if o in inside and o in env and o in local_ref]
+        checks += [check_tensor(o, decode_value(tensors[o], env[o]), np.transpose(local_ref[layout[o][0]],
+                                                                                  layout[o][1]), tol(o))
+                   for o in produced if o in layout and layout[o][0] in inside and o in env
+                   and layout[o][0] in local_ref]
         results[g] = (_worst(checks), None if checks else "no source tensor among its outputs")
 
     rows = []

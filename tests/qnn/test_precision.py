@@ -43,3 +43,49 @@ def test_the_cast_rank_limit_is_the_backends():
     registry = OpDefRegistry.load()
     assert to_float16(g, registry, "gpu") > 0
     assert sorted(op.type for op in g.ops) == ["qnn.Cast", "qnn.Cast", "qnn.ElementWiseNeg"]
+
+
+def _dequantize_graph(bits: int, also_used: bool) -> Graph:
+    """x (16- or 8-bit fixed point) → Dequantize → y, a graph output (read again by a Neg when
+    `also_used`)."""
+    from qlower.graph.types import Quant
+
+    g = Graph("g")
+    q = Quant((2.0 ** -12,), (0,))
+    x = g.add_value("x", f"uint{bits}", [1, 8], quant=q)
+    y = g.add_value("y", "float32", [1, 8])
+    g.add_op("dq", "qnn.Dequantize", [x], [y])
+    outs = [y]
+    if also_used:
+        z = g.add_value("z", "float32", [1, 8])
+        g.add_op("neg", "qnn.ElementWiseNeg", [y], [z])
+        outs.append(z)
+    g.set_io([x], outs)
+    return g
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_a_final_dequantize_stays_float32_where_the_backend_allows_it(bits):
+    """HTP's Dequantize may write FLOAT_32: a graph output it produces keeps every one of its steps
+    (through FLOAT_16 a 16-bit value near 1.0 loses 5 of its 12 fraction bits)."""
+    g = _dequantize_graph(bits, also_used=False)
+    to_float16(g, OpDefRegistry.load(), "htp")
+    assert [op.type for op in g.ops] == ["qnn.Dequantize"]
+    assert str(g.outputs[0].dtype) == "float32"
+
+
+def test_float_ops_after_a_float32_dequantize_still_compute_in_float16():
+    g = _dequantize_graph(16, also_used=True)
+    to_float16(g, OpDefRegistry.load(), "htp")
+    types = sorted(op.type for op in g.ops)
+    assert types == ["qnn.Cast", "qnn.Cast", "qnn.Dequantize", "qnn.ElementWiseNeg"]
+    neg = next(op for op in g.ops if op.type == "qnn.ElementWiseNeg")
+    assert str(neg.operands[0].dtype) == "float16" and str(neg.results[0].dtype) == "float16"
+    assert str(g.outputs[0].dtype) == "float32" and g.outputs[0].producer.type == "qnn.Dequantize"
+
+
+def test_without_op_data_a_dequantize_output_goes_through_float16():
+    """No registry: nothing says FLOAT_32 is allowed, so every float32 value is retyped (as before)."""
+    g = _dequantize_graph(16, also_used=False)
+    to_float16(g)
+    assert sorted(op.type for op in g.ops) == ["qnn.Cast", "qnn.Dequantize"]

@@ -1,0 +1,263 @@
+"""Quantization overrides: an AIMET encodings file applied to a float graph, as QNN's converter
+applies `--quantization_overrides`.
+
+The file names tensors of the source model. Applying it gives the graph what a QDQ model of
+the same encodings gives it after `onnx_qdq` folded its pairs:
+
+* a parameter entry (a weight) quantizes that constant: per tensor, per channel along the
+  consuming op's output-channel axis (Conv 0, ConvTranspose 1, Gemm 0 or 1 by `transB`, MatMul
+  the last), or in blocks (LPBQ, PER_BLOCK) along its input-channel axis;
+* an activation entry makes an op's result a quantized tensor; a graph input keeps its float
+  type and is quantized by a QuantizeLinear behind it, a graph output is dequantized back to float;
+* a bias the file leaves out (Conv's, Gemm's third input) is quantized as the converter does for
+  HTP: 32-bit, symmetric, scale = input scale × weight scale (per channel with the weight's).
+
+Tensors left out otherwise stay float. Entries that name no tensor of the graph, or name an
+integer tensor, are reported, not applied. An entry whose channel count or blocks do not fit its
+tensor is an error naming the entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+import numpy as np
+
+from qlower.diagnostics import QlowerError, error
+from qlower.graph.core import Graph, Op, Value
+from qlower.graph.encodings import EncodingSet, TensorEncoding
+from qlower.graph.quantize import bounds, quantize_affine
+from qlower.graph.types import Quant
+
+# Weight operand → (output-channel axis, input-channel axis), by consumer; None: rank-dependent.
+_WEIGHT_AXES: Mapping[str, tuple[int, int]] = {"onnx.Conv": (0, 1), "onnx.ConvTranspose": (1, 0)}
+_BIAS_OPS = frozenset({"onnx.Conv", "onnx.ConvTranspose", "onnx.Gemm"})
+
+
+@attrs.frozen
+class OverrideReport:
+    """What applying a file did: tensor names quantized, and entries not applied with the reason."""
+
+    params: tuple[str, ...]
+    activations: tuple[str, ...]
+    biases: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]  # (entry name, why)
+
+
+def _storage(bits: int, signed: bool) -> np.dtype:
+    width = 8 if bits <= 8 else 16 if bits <= 16 else 32
+    return np.dtype(f"{'' if signed else 'u'}int{width}") if width < 32 else np.dtype("int32")
+
+
+def _weight_axes(v: Value) -> tuple[int | None, int | None]:
+    """(output-channel, input-channel) axes of a weight, from the op that reads it."""
+    rank = len(v.shape or ())
+    for op, idx in v.users:
+        if op.type in _WEIGHT_AXES and idx == 1:
+            return _WEIGHT_AXES[op.type]
+        if op.type == "onnx.Gemm" and idx == 1:
+            return (0, 1) if op.attrs.get("transB") else (1, 0)
+        if op.type == "onnx.MatMul" and idx == 1 and rank >= 2:
+            return rank - 1, rank - 2
+        if op.type == "onnx.Gather" and idx == 0:  # an embedding table: one encoding per row
+            return 0, rank - 1
+    return None, None
+
+
+def _quant_of(e: TensorEncoding, v: Value, signed: bool) -> Quant:
+    axis = block_axis = None
+    if e.kind != "PER_TENSOR":
+        axis, block_axis = _weight_axes(v) if e.axis is None else (e.axis, e.block_axis)
+        if axis is None:
+            users = ", ".join(sorted({op.type for op, _ in v.users})) or "no op"
+            raise ValueError(f"{e.name}: a {e.kind} encoding on a tensor read by {users}, whose channel "
+                             f"axis qlower does not know")
+    return e.quant(signed=signed, axis=axis, block_axis=block_axis, shape=v.shape)
+
+
+def _quantize_const(v: Value, q: Quant, dtype: np.dtype) -> np.ndarray:
+    data = np.asarray(v.data, np.float64)
+    lo, hi = bounds(dtype, q.bitwidth)
+    scale, zero = np.asarray(q.scale, np.float64), np.asarray(q.zero_point, np.float64)
+    if q.block_size is not None:
+        channels = data.shape[q.axis]
+        blocks = scale.size // channels
+        full = scale.reshape(channels, blocks).repeat(q.block_size, axis=1)  # [channels, block dim]
+        shape = [1] * data.ndim
+        shape[q.axis], shape[q.block_axis] = channels, full.shape[1]
+        full = full if q.axis < q.block_axis else full.T
+        scale = full.reshape(shape)
+        zero = zero.reshape([channels if i == q.axis else 1 for i in range(data.ndim)]) if zero.size == channels \
+            else zero.reshape(-1)[:1].reshape(())
+    elif q.axis is not None:
+        shape = [1] * data.ndim
+        shape[q.axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    else:
+        scale, zero = scale.reshape(()), zero.reshape(())
+    return quantize_affine(data, scale, zero, lo, hi, dtype)
+
+
+def apply_overrides(graph: Graph, encodings: EncodingSet) -> OverrideReport:
+    """Apply `encodings` to `graph` in place (see the module docstring)."""
+    params: list[str] = []
+    acts: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    inputs = {id(v) for v in graph.inputs}
+    outputs = {id(v) for v in graph.outputs}
+    by_name = {v.name: v for v in graph.values}
+    try:
+        for name, e in encodings.entries.items():
+            v = by_name.get(name)
+            if v is None:
+                skipped.append((name, "no tensor of the graph has this name"))
+                continue
+            if e.is_float:
+                skipped.append((name, "a float encoding: the tensor stays float"))
+                continue
+            if v.dtype is None or np.dtype(v.dtype).kind != "f" or v.quant is not None:
+                skipped.append((name, f"the tensor is {'already quantized' if v.quant is not None else v.dtype}"))
+                continue
+            if v.data is not None and e.role == "activation":  # e.g. a Clip bound: the converter keeps it a number
+                skipped.append((name, "a constant listed as an activation: it stays float"))
+                continue
+            if v.data is not None:
+                signed = e.symmetric
+                q = _quant_of(e, v, signed)
+                dtype = _storage(e.bitwidth, signed)
+                v.data, v.dtype, v.quant = _quantize_const(v, q, dtype), dtype, q
+                params.append(name)
+                continue
+            q = _quant_of(e, v, signed=False)
+            dtype = _storage(e.bitwidth, signed=False)
+            if id(v) in inputs:
+                _quantize_input(graph, v, q, dtype)
+            elif id(v) in outputs:
+                _dequantize_output(graph, v, q, dtype)
+            else:
+                v.dtype, v.quant = dtype, q
+            acts.append(name)
+    except ValueError as exc:
+        raise QlowerError(error(f"quantization overrides: {exc}", code="overrides")) from None
+    _fuse_activations(graph)
+    _pass_through(graph)
+    biases = _quantize_biases(graph)
+    return OverrideReport(tuple(params), tuple(acts), tuple(biases), tuple(skipped))
+
+
+# Ops whose result is their input's values rearranged or selected: the converter gives the result
+# the input's encoding when the file has none for it (AIMET does not list them).
+_PASS_THROUGH = frozenset({"onnx.MaxPool", "onnx.Reshape", "onnx.Flatten", "onnx.Transpose", "onnx.Squeeze",
+                           "onnx.Unsqueeze", "onnx.Identity", "onnx.Slice", "onnx.Split", "onnx.SpaceToDepth",
+                           "onnx.DepthToSpace", "onnx.Expand", "onnx.Tile", "onnx.Gather"})
+_ACTIVATIONS = frozenset({"onnx.Relu", "onnx.Clip"})
+
+
+def _fuse_activations(graph: Graph) -> None:
+    """A Conv/Gemm/MatMul/Add whose only reader is a Relu or Clip with an encoding takes that encoding
+    (AIMET quantizes the pair once, after the activation; the converter fuses them likewise)."""
+    outputs = {id(v) for v in graph.outputs}
+    for op in graph.topo_order():
+        if op.type not in _ACTIVATIONS or op.results[0].quant is None:
+            continue
+        x = op.operands[0]
+        if (x is None or x.quant is not None or x.data is not None or x.producer is None or id(x) in outputs
+                or len(x.users) != 1 or np.dtype(x.dtype).kind != "f"):
+            continue
+        y = op.results[0]
+        x.dtype, x.quant = y.dtype, y.quant
+        if id(y) not in outputs and _clamps_within(y, op):  # the encoding does the activation's work
+            graph.replace_uses(y, x)
+            graph.remove_op(op)
+            graph.remove_value(y)
+
+
+def _clamps_within(y: Value, op: Op) -> bool:
+    """Whether every value on y's grid lies inside the activation's bounds (it is then the identity there)."""
+    from qlower.graph.quantize import bounds as grid_bounds
+
+    q = y.quant
+    if q.axis is not None:
+        return False
+    lo_q, hi_q = grid_bounds(y.dtype, q.bitwidth)
+    lo = q.scale[0] * (lo_q - q.zero_point[0])
+    hi = q.scale[0] * (hi_q - q.zero_point[0])
+    a = 0.0 if op.type == "onnx.Relu" else op.attrs.get("min")
+    b = None if op.type == "onnx.Relu" else op.attrs.get("max")
+    slack = 1e-6 * max(abs(lo), abs(hi), 1e-30)
+    return (a is None or lo >= float(a) - slack) and (b is None or hi <= float(b) + slack)
+
+
+def _pass_through(graph: Graph) -> None:
+    outputs = {id(v) for v in graph.outputs}
+    for op in graph.topo_order():
+        if op.type not in _PASS_THROUGH or not op.operands:
+            continue
+        x = op.operands[0]  # Gather's: the table
+        if x is None or x.quant is None or x.quant.axis is not None or (op.type != "onnx.Gather" and x.data is not None):
+            continue
+        for r in op.results:
+            if r.quant is None and id(r) not in outputs and r.dtype is not None and np.dtype(r.dtype).kind == "f":
+                r.dtype, r.quant = x.dtype, x.quant
+
+
+def _scalar_consts(graph: Graph, base: str, q: Quant, dtype: np.dtype) -> tuple[Value, Value]:
+    s = graph.add_value(graph.fresh_value_name(f"{base}.scale"), "float32", [],
+                        data=np.asarray(q.scale[0], np.float32))
+    z = graph.add_value(graph.fresh_value_name(f"{base}.zero_point"), dtype, [],
+                        data=np.asarray(q.zero_point[0], dtype))
+    return s, z
+
+
+def _quantize_input(graph: Graph, v: Value, q: Quant, dtype: np.dtype) -> None:
+    """A float graph input read through a QuantizeLinear: its readers see the quantized tensor."""
+    users = list(v.users)
+    qv = graph.add_value(graph.fresh_value_name(f"{v.name}.quantized"), dtype, v.shape, quant=q)
+    s, z = _scalar_consts(graph, v.name, q, dtype)
+    graph.add_op(graph.fresh_op_name(f"{v.name}.quantize"), "onnx.QuantizeLinear", [v, s, z], [qv], {})
+    for op, idx in users:
+        graph.set_operand(op, idx, qv)
+
+
+def _dequantize_output(graph: Graph, v: Value, q: Quant, dtype: np.dtype) -> None:
+    """A graph output computed quantized, dequantized back to the float tensor callers read."""
+    op = v.producer
+    qv = graph.add_value(graph.fresh_value_name(f"{v.name}.quantized"), dtype, v.shape, quant=q)
+    graph.replace_result(op, op.results.index(v), qv)
+    for user, idx in list(v.users):
+        graph.set_operand(user, idx, qv)
+    s, z = _scalar_consts(graph, v.name, q, dtype)
+    graph.add_op(graph.fresh_op_name(f"{v.name}.dequantize"), "onnx.DequantizeLinear", [qv, s, z], [v], {})
+
+
+def _quantize_biases(graph: Graph) -> list[str]:
+    """Float biases of ops whose input and weight are quantized: int32, scale = s_in × s_w, zero 0."""
+    done = []
+    for op in list(graph.ops):
+        if op.type not in _BIAS_OPS or len(op.operands) < 3:
+            continue
+        x, w, b = op.operands[:3]
+        if b is None or b.data is None or b.quant is not None or x is None or w is None:
+            continue
+        if x.quant is None or w.quant is None or w.quant.block_size is not None or np.dtype(b.dtype).kind != "f":
+            continue
+        if x.quant.axis is not None or len(x.quant.scale) != 1:
+            continue
+        scale = np.asarray(w.quant.scale, np.float64) * x.quant.scale[0]
+        if _bias_shared(b, op):
+            continue
+        per_channel = scale.size > 1
+        q = Quant(scale, np.zeros(scale.size, np.int64), axis=0 if per_channel else None, symmetric=True)
+        data = np.asarray(b.data, np.float64).reshape(-1)
+        lo, hi = bounds(np.int32)
+        s = scale if per_channel else scale.reshape(())
+        b.data = quantize_affine(data, s, np.zeros_like(s), lo, hi, np.int32).reshape(np.shape(b.data))
+        b.dtype, b.quant = np.dtype("int32"), q
+        done.append(b.name)
+    return done
+
+
+def _bias_shared(b: Value, op: Op) -> bool:
+    """A bias constant that another op also reads cannot take this op's encoding."""
+    return any(u is not op for u, _ in b.users)
