@@ -312,19 +312,24 @@ def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[st
     return result.verification
 
 
-def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mapping[str, Sequence[int]] | None = None
-               ) -> Graph:
+def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               trust_pickle: bool = False) -> Graph:
     """Import a model file with the named (or, for `auto`, the suffix's) frontend.
 
     `input_shapes` (name → dims) goes to frontends that take it (`Frontend.options`).
+    `trust_pickle` lets frontends that take it run pickles from the file (a `.pt2`'s pickled
+    weights or objects): only for files from someone you trust, see docs/security.md.
     """
     chosen = choose_frontend(path, frontend)
+    options: dict[str, Any] = {}
     if input_shapes:
         if "input_shapes" not in chosen.options:
             raise QlowerError(error(f"the {chosen.name} frontend takes no input shapes (--input-shape)",
                                     hint="its models have static shapes already", code="usage"))
-        return chosen.load(Path(path), input_shapes=input_shapes)
-    return chosen.load(Path(path))
+        options["input_shapes"] = input_shapes
+    if trust_pickle and "trust_pickle" in chosen.options:  # (other frontends run nothing from the file)
+        options["trust_pickle"] = True
+    return chosen.load(Path(path), **options)
 
 
 def choose_frontend(path: str | Path, frontend: str = "auto"):

@@ -118,11 +118,11 @@ def fmt(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- lower
-def load_model(path: str, frontend: str = "auto", *, input_shapes=None):
+def load_model(path: str, frontend: str = "auto", *, input_shapes=None, trust_pickle: bool = False):
     """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
     from qlower.api import load_model as _load
 
-    return _load(path, frontend, input_shapes=input_shapes)
+    return _load(path, frontend, input_shapes=input_shapes, trust_pickle=trust_pickle)
 
 
 def choose_frontend(path: str, frontend: str = "auto"):
@@ -175,7 +175,7 @@ def lower(args: argparse.Namespace) -> int:
               "static)", file=sys.stderr)
         return 2
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend, input_shapes=shapes)
+    graph = load_model(args.model, args.frontend, input_shapes=shapes, trust_pickle=getattr(args, "trust_pickle", False))
     # The loaded graph lives until the process ends: keep the cyclic collector from
     # rescanning its millions of objects in every later phase (seconds each on big models),
     # loading the rules included.
@@ -309,7 +309,7 @@ def debug(args: argparse.Namespace) -> int:
     from qlower.api import lower as lower_graph
 
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend)
+    graph = load_model(args.model, args.frontend, trust_pickle=getattr(args, "trust_pickle", False))
     rules = rules_for(args, graph)
     source = _snapshot(graph)
     result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None)
@@ -426,7 +426,7 @@ def test(args: argparse.Namespace) -> int:
 def explain(args: argparse.Namespace) -> int:
     from qlower.rewrite.explain import explain as explain_node
 
-    graph = load_model(args.graph)
+    graph = load_model(args.graph, trust_pickle=getattr(args, "trust_pickle", False))
     args.opdefs = []
     rules = rules_for(args, graph)
     text = explain_node(graph, rules, args.node, rule=args.rule, backend=args.backend)

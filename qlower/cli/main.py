@@ -64,6 +64,12 @@ def _verify_options(s: argparse.ArgumentParser) -> None:
                    "their encoding")
 
 
+def _trust_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--trust-pickle", action="store_true",
+                   help="let torch run pickles inside a .pt2 (pickled weights, custom objects): they can run any "
+                   "code, so only for files from someone you trust (see docs/security.md)")
+
+
 def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """`NAME=D0,D1,...` → (name, dims); argparse turns the ValueError into a usage error (exit 2)."""
     name, eq, dims = text.rpartition("=")
@@ -122,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     _verify_options(s)
     s.add_argument("--input-shape", action="append", default=[], type=input_shape, metavar="NAME=D0,D1,...",
                    help="fix a graph input's shape (symbolic dims); repeat for more inputs")
+    _trust_option(s)
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=commands.lower)
 
@@ -135,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-float16", action="store_true", help="keep float32 on HTP")
     s.add_argument("--json", default=None, metavar="FILE", help="write the per-op table as JSON (qlower-debug/1)")
     _verify_options(s)
+    _trust_option(s)
     s.set_defaults(func=commands.debug)
 
     s = sub.add_parser("run", help="run a QNN graph (_net.json + .bin) on inputs with the reference kernels")
@@ -162,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rule", default=None)
     s.add_argument("--rules", action="append", default=[])
     s.add_argument("--backend", default=None, choices=BACKENDS)
+    _trust_option(s)
     s.set_defaults(func=commands.explain)
 
     s = sub.add_parser("opdefs", help="show what QNN ops accept on a backend")

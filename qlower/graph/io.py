@@ -19,7 +19,9 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import re
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ try:
 except ImportError:  # optional: `pip install qlower[fast]`
     _orjson = None
 
+from qlower._files import UnsafeReference, confined
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
 from qlower.graph.core import Graph, Op, Value
 from qlower.graph.format import FORMAT, _PLAIN, _inline_array, _plain_list, _quant_json_problems, quant_problems
@@ -101,25 +104,71 @@ def _decode(text: str | bytes) -> Any:
     """JSON → Python objects. Big files (graphs of 10^5+ ops, block encodings) go through orjson
     when it is installed (several times faster); what orjson refuses (NaN/Infinity) and every
     error (for json's line:col) go through json. orjson reads an integer literal beyond 64 bits as
-    a float, so on big files such a value is reported as "not an integer" rather than "too large"."""
+    a float, so on big files such a value is reported as "not an integer" rather than "too large".
+
+    A key twice in one object (a tensor declared twice: JSON parsers keep the last) is an error:
+    json checks every object; after orjson, a file with more "dtype" keys than tensors is read
+    again by json to find it."""
     if _orjson is not None and len(text) >= _ORJSON_MIN:
         try:
-            return _orjson.loads(text)  # bytes: no str of the whole file is made
+            doc = _orjson.loads(text)  # bytes: no str of the whole file is made
         except _orjson.JSONDecodeError:
             pass
-    return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+        else:
+            tensors = doc.get("tensors") if type(doc) is dict else None
+            if type(tensors) is not dict or _dtype_keys(text) == len(tensors):
+                return doc
+    return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, object_pairs_hook=_unique_keys)
+
+
+class _DuplicateKey(Exception):
+    """A key twice in one JSON object (args: the key)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
+    return d
+
+
+def _dtype_keys(text: str | bytes) -> int:
+    """How often `"dtype"` occurs in the file: at least once per tensor entry (more only when a
+    tensor is declared twice, or a name or attribute holds the word)."""
+    return text.count(b'"dtype"' if isinstance(text, bytes) else '"dtype"')
+
+
+def _duplicate_error(text: str | bytes, file: str, key: str) -> QlowerError:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    quoted = json.dumps(key, ensure_ascii=False)
+    first = text.find(quoted + ":")
+    at = text.find(quoted, first + 1) if first >= 0 else -1
+    span = None
+    if at >= 0:
+        line = text.count("\n", 0, at) + 1
+        span = Span.point(file, line, at - text.rfind("\n", 0, at))
+    return QlowerError(error(f"key {quoted} appears twice in one JSON object (JSON readers would keep the last "
+                             "silently)", span=span, code="duplicate-key"))
 
 
 def load_graph(path: str | Path) -> Graph:
     """Read a graph file; npz references resolve against the file's folder."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # (a FIFO would block the read forever)
+            raise QlowerError(error(f"cannot read graph file {path}: not a regular file", code="io"))
         raw = path.read_bytes()
         if len(raw) < _ORJSON_MIN or _orjson is None:
             raw = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise QlowerError(error(f"cannot read graph file {path}: {getattr(e, 'strerror', None) or e}",
-                                code="io")) from None
+    except OSError as e:
+        raise QlowerError(error(f"cannot read graph file {path}: {e.strerror or e}", code="io")) from None
+    except UnicodeDecodeError as e:
+        raise QlowerError(error(f"cannot read graph file {path}: not UTF-8 (byte {e.start})", code="io")) from None
     return loads_graph(raw, base_dir=path.parent, file=str(path))
 
 
@@ -135,6 +184,8 @@ def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<s
                 typed = _TYPED.decode(text)
             except msgspec.DecodeError:  # (ValidationError is one) the general path says what is wrong
                 typed = None
+            if typed is not None and _dtype_keys(text) != len(typed.tensors):
+                typed = None  # maybe a tensor declared twice: the general path finds it
             g = None if typed is None else _Loader(text, file, base).load_typed(typed)
             del typed
             if g is not None:
@@ -142,11 +193,16 @@ def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<s
         try:
             doc = _decode(text)
         except UnicodeDecodeError as e:
-            raise QlowerError(error(f"cannot read graph file {file}: {e}", code="io")) from None
+            raise QlowerError(error(f"cannot read graph file {file}: not UTF-8 (byte {e.start})", code="io")) from None
         except json.JSONDecodeError as e:
             raise QlowerError(error(f"invalid JSON: {e.msg}", span=Span.point(file, e.lineno, e.colno),
                                     code="invalid-json")) from None
+        except _DuplicateKey as e:
+            raise _duplicate_error(text, file, e.args[0]) from None
         return _Loader(text, file, base).load(doc)
+    except RecursionError:
+        raise QlowerError(error(f"{file}: JSON nested too deeply (graph files nest a few levels)",
+                                code="invalid-json")) from None
     finally:
         if enabled:
             gc.enable()
@@ -419,7 +475,7 @@ class _Loader:
             problems.append(("missing-key", "\"quant\" is missing key \"scale\""))
         else:
             if type(q["scale"]) is dict or type(q.get("zero_point")) is dict:
-                q = self.quant_refs(name, q)  # scales/zero points by reference: read as arrays here
+                q = self.quant_refs(name, q, shape)  # scales/zero points by reference: read as arrays here
                 if q is None:
                     return None
             problems += [("unknown-key", f"unknown \"quant\" key {_fmt(k)}") for k in sorted(q.keys() - _QUANT_KEYS)]
@@ -445,7 +501,7 @@ class _Loader:
             self.err(f"tensor `{name}`: {msg}", code, subject)
         return None
 
-    def quant_refs(self, name: str, q: dict) -> dict | None:
+    def quant_refs(self, name: str, q: dict, shape: list | None = None) -> dict | None:
         """A quant object whose `scale`/`zero_point` reference arrays (npz, npy, safetensors, as `data`
         does): the same object with those arrays read in, flat. Block encodings list millions of
         scales; as arrays they skip JSON number parsing and Python lists altogether."""
@@ -461,9 +517,13 @@ class _Loader:
                 return None
             if "npy" in ref or "safetensors" in ref:
                 lazy = self.ref_data(name, ref, None, None)
+                if lazy is not None and shape is not None and lazy.size > max(1, math.prod(shape)):
+                    self.err(f"tensor `{name}`: quant \"{key}\" references {lazy.size} values, more than the "
+                             f"tensor's {math.prod(shape)} elements", "bad-quant", subject)
+                    return None
                 arr = None if lazy is None else np.asarray(lazy)
-            else:
-                arr = self.npz_data(name, ref)
+            else:  # (no more scales or zero points than the tensor has elements)
+                arr = self.npz_data(name, ref, None if shape is None else max(1, math.prod(shape)) * 8)
             if arr is None:
                 return None
             if arr.dtype.kind not in kinds or arr.ndim != 1:
@@ -482,7 +542,7 @@ class _Loader:
         if type(d) is dict and ("npy" in d or "safetensors" in d):
             return self.ref_data(name, d, dtype, shape)
         if type(d) is dict:
-            arr = self.npz_data(name, d)
+            arr = self.npz_data(name, d, math.prod(shape) * dtype.itemsize)
             if arr is None:
                 return None
             if arr.dtype != dtype:
@@ -519,6 +579,7 @@ class _Loader:
             return None
         path = self.base_dir / file
         try:
+            path = confined(self.base_dir, file)
             if kind == "npy":
                 got_dtype, got_shape = npy_header(path)
                 source: Any = NpySource(path)
@@ -536,6 +597,9 @@ class _Loader:
                              "does not read", "data-dtype", subject)
                     return None
                 got_dtype, source = _DTYPES[dname], SafetensorsSource(path, key)
+        except UnsafeReference as e:
+            self.err(f"tensor `{name}`: {kind} reference {_fmt(file)} refused: {e}", "data-file", subject)
+            return None
         except OSError as e:
             self.err(f"tensor `{name}`: cannot open {kind} file {path}: {e.strerror or e}", "data-file", subject)
             return None
@@ -560,7 +624,7 @@ class _Loader:
             return None
         return lazy
 
-    def npz_data(self, name: str, ref: dict) -> np.ndarray | None:
+    def npz_data(self, name: str, ref: dict, max_bytes: int | None = None) -> np.ndarray | None:
         subject = f"tensor {name}"
         file, key = ref.get("npz"), ref.get("key")
         if type(file) is not str or type(key) is not str or len(ref) != 2:
@@ -570,7 +634,11 @@ class _Loader:
         if file not in self.archives:
             path = self.base_dir / file
             try:
+                path = confined(self.base_dir, file)
                 self.archives[file] = _Npz.open(path)
+            except UnsafeReference as e:
+                self.archives[file] = None
+                self.err(f"tensor `{name}`: npz reference {_fmt(file)} refused: {e}", "npz-missing", subject)
             except OSError as e:
                 self.archives[file] = None
                 self.err(f"tensor `{name}`: cannot open npz file {path}: {e.strerror or e}", "npz-missing", subject)
@@ -581,7 +649,7 @@ class _Loader:
         if archive is None:
             return None
         try:
-            return archive.get(key)
+            return archive.get(key, max_bytes)
         except KeyError:
             self.err(f"tensor `{name}`: npz file {file} has no array {_fmt(key)}", "npz-key", subject,
                      did_you_mean(key, archive.keys()))
