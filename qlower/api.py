@@ -283,7 +283,8 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
 
 
 def verify(source: Graph, result: LowerResult, rules: Rules, *, inputs: Mapping[str, Any] | None = None,
-           tolerance: Any = None, seed: int = 0, localise: bool | None = None) -> Any:
+           tolerance: Any = None, seed: int = 0, localise: bool | None = None,
+           max_input_bytes: int | None = None) -> Any:
     """Judge a lowering against the source semantics; sets and returns `result.verification`.
 
     `source` is the graph as it was before `lower` (which rewrites in place).
@@ -291,20 +292,22 @@ def verify(source: Graph, result: LowerResult, rules: Rules, *, inputs: Mapping[
     `tolerance` is a qlower.verify.tolerance.TolerancePolicy (default: per-precision
     defaults). The Verification passes when every graph output is within tolerance;
     when it fails (or with `localise=True`) its report names the first source op
-    whose lowering is wrong, or says the error is accumulated drift.
+    whose lowering is wrong, or says the error is accumulated drift. Random inputs beyond
+    `max_input_bytes` (default `qlower.verify.compare.MAX_INPUT_BYTES`, 1 GiB) are refused.
     """
-    return _verify(source, result, rules, inputs, tolerance, seed, localise)
+    return _verify(source, result, rules, inputs, tolerance, seed, localise, max_input_bytes)
 
 
 def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[str, Any] | None, tolerance: Any,
-            seed: int, localise: bool | None) -> Any:
-    from qlower.verify.compare import random_inputs, verify_lowering
+            seed: int, localise: bool | None, max_input_bytes: int | None = None) -> Any:
+    from qlower.verify.compare import MAX_INPUT_BYTES, random_inputs, verify_lowering
 
     if result.qnn is None:
         raise QlowerError(error("nothing to verify: the graph was not lowered", code="verify"))
     t = time.perf_counter()
     used_seed = None if inputs is not None else seed
-    feed = dict(inputs) if inputs is not None else random_inputs(source, seed)
+    limit = MAX_INPUT_BYTES if max_input_bytes is None else max_input_bytes
+    feed = dict(inputs) if inputs is not None else random_inputs(source, seed, limit)
     result.verification = verify_lowering(source, result.graph, result.qnn, rules.kernels, feed,
                                           backend=result.backend, policy=tolerance, localise=localise,
                                           seed=used_seed, ops=rules.ops)

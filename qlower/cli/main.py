@@ -62,6 +62,18 @@ def _verify_options(s: argparse.ArgumentParser) -> None:
                    help="tolerance of float outputs relative to their peak |value|")
     s.add_argument("--steps", type=_tolerance, default=None, help="tolerance of quantized outputs, in steps of "
                    "their encoding")
+    _max_input_option(s)
+
+
+def _byte_count(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of bytes")
+    return int(text)
+
+
+def _max_input_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--max-input-bytes", type=_byte_count, default=None, metavar="N",
+                   help="read or make at most N bytes of inputs in all (default 1 GiB; see docs/security.md)")
 
 
 def _trust_option(s: argparse.ArgumentParser) -> None:
@@ -149,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("net_json")
     s.add_argument("--inputs", required=True, help=".npz keyed by input tensor name")
     s.add_argument("-o", "--output", required=True, help=".npz to write, keyed by output name")
+    _max_input_option(s)
     s.set_defaults(func=commands.run)
 
     s = sub.add_parser("validate", help="validate a _net.json against a backend's op definitions")
