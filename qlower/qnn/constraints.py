@@ -288,6 +288,10 @@ def load_constraints(path: Path) -> tuple[ConstraintSet | None, list[Diagnostic]
         return None, [error("constraints file is larger than 64 MiB", subject=where, code="constraints-file")]
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except UnicodeDecodeError as exc:
+        return None, [error(f"not valid JSON: not UTF-8 (byte {exc.start})", subject=where, code="constraints-file")]
+    except ValueError as exc:
         return None, [error(f"not valid JSON: {exc}", subject=where, code="constraints-file")]
+    except RecursionError:
+        return None, [error("not valid JSON: nested too deeply", subject=where, code="constraints-file")]
     return parse_constraints(data, where)
