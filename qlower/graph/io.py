@@ -58,6 +58,7 @@ _INTS = frozenset({int})
 _MISSING: Any = object()  # (an unknown name, where None means an absent input)
 
 _UNSET = msgspec.UNSET
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 class _FileValue(Value, forbid_unknown_fields=True):
@@ -290,6 +291,7 @@ class _Loader:
         if type(name) is not str:
             self.err("\"name\" must be a string", "bad-type")
         self.raise_errors()
+        self.check_text(doc)
         g = Graph(name)
         with g.bulk():
             values = self.tensors(g, doc["tensors"])
@@ -303,6 +305,25 @@ class _Loader:
         self.raise_errors()
         g.set_io(ins, outs)
         return g
+
+    def check_text(self, doc: dict) -> None:
+        """Names are text that can be written out again: a `\\uD800`-style escape without its pair
+        decodes to a lone surrogate, which no UTF-8 artifact can hold (looked for only when the
+        file has such an escape)."""
+        src = self.source
+        if not _SURROGATE_ESCAPE.search(src if isinstance(src, str) else src.decode("utf-8", "replace")):
+            return
+        names = [doc.get("name", ""), *doc["tensors"], *doc["inputs"], *doc["outputs"]]
+        names += [x for n in doc["nodes"] if type(n) is dict for k in ("name", "op", "inputs", "outputs")
+                  for x in (n.get(k) if type(n.get(k)) is list else [n.get(k)])]
+        for x in names:
+            if type(x) is str:
+                try:
+                    x.encode("utf-8")
+                except UnicodeEncodeError:
+                    self.err(f"name {json.dumps(x)} holds a lone UTF-16 surrogate (a \\u escape without its pair): "
+                             "not valid UTF-8 text", "bad-name")
+        self.raise_errors()
 
     def load_typed(self, doc: Any) -> Graph | None:
         """The graph of a typed-decoded document (`_Document`), or None at the first thing the general
