@@ -342,6 +342,8 @@ def choose_frontend(path: str | Path, frontend: str = "auto"):
     p = Path(path)
     if not p.exists():
         raise QlowerError(error(f"no such file: {path}", code="io"))
+    if not (p.is_file() or p.is_dir()):  # a FIFO, socket or device: a read that may never end
+        raise QlowerError(error(f"{path} is not a regular file", code="io"))
     frontends = installed().frontends
     if frontend == "auto":
         suffix = "".join(p.suffixes[-1:]).lower()

@@ -8,28 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import attrs
 import pytest
-
-from qlower.cli.main import main
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-AS_LIMIT = 3 << 30  # bytes of address space a probe may use
-TIMEOUT = 120.0  # seconds a probe may take (a FIFO read would block forever)
-
-
-@attrs.frozen
-class Outcome:
-    code: int
-    out: str
-    err: str
-
-    def clean_failure(self) -> None:
-        """Exit 1 with qlower's own message: no traceback, no internal error, no torch log line."""
-        assert self.code == 1, (self.code, self.err)
-        assert "Traceback" not in self.err and "internal error" not in self.err, self.err
-        assert "error" in self.err, self.err
+from qlower.cli.main import main  # noqa: E402
+from probe import TIMEOUT, Outcome, _limit  # noqa: E402
 
 
 @pytest.fixture
@@ -40,12 +24,6 @@ def cli(capsys):
         return Outcome(code, got.out, got.err)
 
     return run
-
-
-def _limit() -> None:  # (runs in the child before exec)
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
 
 
 @pytest.fixture
