@@ -270,6 +270,10 @@ def _files_read(args: argparse.Namespace, graph) -> list:
 
     model = Path(args.model)
     found = {model, model.with_name(model.stem + "_inputs.npz")}
+    try:  # (npz data is mapped, not tracked by reference: every weight file beside the model counts)
+        found.update(p for p in model.resolve().parent.iterdir() if p.suffix in (".npz", ".npy", ".safetensors"))
+    except OSError:
+        pass
     for v in graph.values:
         src = getattr(v.data, "source", None) if isinstance(v.data, LazyArray) else None
         if src is not None and getattr(src, "path", None) is not None:

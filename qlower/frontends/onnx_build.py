@@ -167,6 +167,9 @@ class GraphBuilder:
         if t.HasField("shape"):
             ds = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
             dims = None if any(d is None for d in ds) else tuple(int(d) for d in ds)
+            if dims and (min(dims) < 0 or max(dims) > 0xFFFFFFFF or math.prod(dims) > 1 << 48):
+                raise _fail(f"tensor {vi.name} has dims {list(dims)}: negative, or beyond what QNN holds (dims "
+                            "below 2^32, at most 2^48 elements)", subject=f"tensor {vi.name}")
         self.types[vi.name] = (onnx_to_numpy(t.elem_type) if t.elem_type else None, dims)
         self.onnx_types[vi.name] = t.elem_type
 

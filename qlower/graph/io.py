@@ -209,6 +209,14 @@ def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<s
             gc.enable()
 
 
+_MAX_DIM = (1 << 32) - 1  # QNN tensor dims are uint32
+_MAX_ELEMENTS = 1 << 48  # far beyond any device's memory; keeps every byte count a 64-bit integer
+
+
+def _too_big(dims: Any) -> bool:
+    return max(dims) > _MAX_DIM or math.prod(dims) > _MAX_ELEMENTS
+
+
 def _wire(o: Op, ops: dict[str, Op]) -> None:
     """Add `o` to the graph's op table as its operands' user and its results' producer: what
     `Graph.add_op` does, minus the checks the loaders have already made."""
@@ -349,7 +357,7 @@ class _Loader:
             if dims is not None:
                 shared = seen.get(dims)
                 if shared is None:
-                    if dims and min(dims) < 0:
+                    if dims and (min(dims) < 0 or _too_big(dims)):
                         return None
                     shared = seen[dims] = dims
                 dims = shared  # one tuple per distinct shape
@@ -450,6 +458,10 @@ class _Loader:
                                       or (shape and min(shape) < 0)):
                 self.err(f"tensor `{name}`: shape must be a list of non-negative integers, not {_fmt(shape)}",
                          "bad-shape", f"tensor {name}")
+                shape = None
+            elif shape and _too_big(shape):
+                self.err(f"tensor `{name}`: shape {_fmt(shape)} is beyond what QNN holds (dims below 2^32, "
+                         "at most 2^48 elements)", "bad-shape", f"tensor {name}")
                 shape = None
             if len(t) == 2 and shape is not None:  # dtype and shape only: most tensors of a big graph
                 dims = tuple(shape)

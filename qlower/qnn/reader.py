@@ -295,7 +295,9 @@ def _tensor(name: str, tdoc: Any, subject: str, raws: _Raws, cnames: dict[str, s
         raise ctx.fail(f"unsupported dataFormat {tdoc['dataFormat']!r} (only dense tensors)", subject)
     dims = tdoc.get("dims")
     if not isinstance(dims, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims):
-        raise ctx.fail(f"`dims` must be a list of non-negative integers, got {dims!r}", subject)
+        raise ctx.fail(f"`dims` must be a list of non-negative integers, got {str(dims)[:200]}", subject)
+    if dims and (max(dims) > 0xFFFFFFFF or num_elements(dims) > 1 << 48):
+        raise ctx.fail(f"`dims` {dims} are beyond what QNN holds (uint32 dims, at most 2^48 elements)", subject)
     tid = tdoc.get("id")
     tid = tid if isinstance(tid, int) and not isinstance(tid, bool) else None
     enc = parse_quant_params(tdoc.get("quant_params"), dims, lambda m: ctx.fail(m, subject))

@@ -170,3 +170,25 @@ def test_verify_refuses_complex_inputs(tmp_path, cli):
     got = cli("lower", model, "-o", tmp_path / "out", "-q", "--verify", "--inputs", tmp_path / "complex.npz")
     got.clean_failure()
     assert "imaginary part" in got.err
+
+
+@pytest.mark.parametrize("shape", [[1 << 40, 1 << 40], [4, 0, 1 << 62]])
+def test_dims_beyond_qnn_are_refused(tmp_path, cli, shape):
+    """QNN dims are uint32: a graph claiming more would be written with dims the runtime truncates."""
+    doc = graph_doc()
+    for t in ("x", "y"):
+        doc["tensors"][t]["shape"] = shape
+    del doc["tensors"]["w"]
+    doc["nodes"][0]["inputs"] = ["x", "x"]
+    _clear(write_graph(tmp_path, doc), cli, "beyond what QNN holds")
+
+
+def test_onnx_value_dims_beyond_qnn_are_refused(tmp_path, cli):
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 40])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1 << 40])
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    (tmp_path / "m.onnx").write_bytes(m.SerializeToString())
+    _clear(tmp_path / "m.onnx", cli, "beyond what QNN holds")
