@@ -102,6 +102,8 @@ def fmt(args: argparse.Namespace) -> int:
     unformatted = []
     for f in files:
         try:
+            if not f.is_file():  # (a FIFO would block the read forever)
+                raise QlowerError(error(f"cannot read rule file {f}: not a regular file", code="io"))
             text = f.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise QlowerError(error(f"cannot read rule file {f}: {exc}", code="io")) from None

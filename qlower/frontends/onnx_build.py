@@ -39,7 +39,7 @@ def _fail(message: str, subject: str | None = None, hint: str | None = None) -> 
 
 def _attr_value(a: Any) -> Any:
     """An ONNX attribute as plain JSON-friendly Python (tensors as nested lists, strings decoded)."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     v = helper.get_attribute_value(a)
     if isinstance(v, bytes):
@@ -47,7 +47,7 @@ def _attr_value(a: Any) -> Any:
     if isinstance(v, list):
         return [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
     if hasattr(v, "dims") and hasattr(v, "data_type"):
-        return numpy_helper.to_array(v).tolist()
+        return np.asarray(_initializer(v, None)).tolist()  # (its dims and bytes checked first)
     return v
 
 
@@ -117,11 +117,9 @@ def _initializers(g: Any, base_dir: Path | None) -> dict[str, np.ndarray | LazyA
 
 
 def _constant_value(node: Any) -> np.ndarray:
-    from onnx import numpy_helper
-
     for a in node.attribute:
         if a.name == "value":
-            return numpy_helper.to_array(a.t)
+            return np.asarray(_initializer(a.t, None))  # (its dims and bytes checked first)
         if a.name == "value_float":
             return np.asarray(a.f, np.float32)
         if a.name == "value_floats":

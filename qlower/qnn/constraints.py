@@ -278,6 +278,9 @@ def parse_constraints(data: Any, where: str) -> tuple[ConstraintSet | None, list
 
 def load_constraints(path: Path) -> tuple[ConstraintSet | None, list[Diagnostic]]:
     where = str(path)
+    if path.exists() and not path.is_file():  # (a FIFO would block the read forever)
+        return None, [error("cannot read constraints file: not a regular file", subject=where,
+                            code="constraints-file")]
     try:
         with path.open("rb") as fh:
             raw = fh.read(_MAX_BYTES + 1)

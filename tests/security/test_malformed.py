@@ -55,6 +55,15 @@ def _onnx(case: str, d: Path) -> Path:
         d.mkdir(parents=True, exist_ok=True)
         (d / "m.onnx").write_bytes(m.SerializeToString())
         return d / "m.onnx"
+    if case == "constant-raw-size":
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+        nodes = [helper.make_node("Constant", [], ["W"], name="c", value=raw("Wv", bytes(12))),
+                 helper.make_node("Add", ["x", "W"], ["y"], name="add")]
+        m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "m.onnx").write_bytes(m.SerializeToString())
+        return d / "m.onnx"
     if case == "not-utf8-name":
         m = onnx_add_model(d, raw("W", ones))
         m.write_bytes(m.read_bytes().replace(b"add", b"\xed\xa0\x80"))  # a lone surrogate, as bytes
@@ -67,7 +76,7 @@ def _onnx(case: str, d: Path) -> Path:
 ONNX = {"negative-offset": "offset '-4' is not a non-negative integer", "text-offset": "offset '1e3'",
         "text-length": "length 'x'", "raw-size": "does not match its dims", "negative-dims": "negative dims [-4]",
         "huge-dims": "need more data than it holds", "string": "holds strings", "twice": "declared twice",
-        "cycle": "has a cycle", "not-utf8-name": "not valid UTF-8", "garbage": "cannot read",
+        "cycle": "has a cycle", "constant-raw-size": "does not match its dims", "not-utf8-name": "not valid UTF-8", "garbage": "cannot read",
         "empty": "error"}
 
 
