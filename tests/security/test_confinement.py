@@ -156,8 +156,8 @@ def test_rule_import_of_a_non_rule_file_is_refused_unquoted(tmp_path, cli):
         with pytest.raises(QlowerError) as e:
             qlower.load_rules([f])
         assert "refused" in str(e.value) and SECRET.decode()[:12] not in str(e.value)
-        got = cli("check", f)
-        assert got.code == 1 and "refused" in got.err and SECRET.decode()[:12] not in got.err + got.out
+    got = cli("check", f)
+    assert got.code == 1 and "refused" in got.err and SECRET.decode()[:12] not in got.err + got.out
 
 
 def test_a_packs_path_import_stays_in_the_pack(tmp_path):
