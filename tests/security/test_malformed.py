@@ -201,3 +201,23 @@ def test_onnx_value_dims_beyond_qnn_are_refused(tmp_path, cli):
                           opset_imports=[helper.make_opsetid("", 17)])
     (tmp_path / "m.onnx").write_bytes(m.SerializeToString())
     _clear(tmp_path / "m.onnx", cli, "beyond what QNN holds")
+
+
+@pytest.mark.parametrize("kind", ["npz", "npz-deflated", "npy"])
+def test_object_arrays_stay_refused(tmp_path, kind):
+    """(What held before and must keep holding.) Object arrays would need a pickle to load."""
+    import zipfile
+
+    arr = np.array([{"a": 1}, None], dtype=object)
+    if kind == "npy":
+        with open(tmp_path / "w.npy", "wb") as f:
+            np.lib.format.write_array(f, arr, allow_pickle=True)
+        ref = {"npy": "w.npy"}
+    else:
+        with zipfile.ZipFile(tmp_path / "w.npz", "w", zipfile.ZIP_DEFLATED if kind == "npz-deflated"
+                             else zipfile.ZIP_STORED) as z, z.open("w.npy", "w") as f:
+            np.lib.format.write_array(f, arr, allow_pickle=True)
+        ref = {"npz": "w.npz", "key": "w"}
+    doc = graph_doc(data=ref, shape=(2,))
+    with pytest.raises(QlowerError, match="object"):
+        load_model(write_graph(tmp_path, doc))
