@@ -108,8 +108,8 @@ def _decode(text: str | bytes) -> Any:
     a float, so on big files such a value is reported as "not an integer" rather than "too large".
 
     A key twice in one object (a tensor declared twice: JSON parsers keep the last) is an error:
-    json checks every object; after orjson, a file with more "dtype" keys than tensors is read
-    again by json to find it."""
+    json checks every object; after orjson, a file with more "dtype" keys than its tensors and
+    `dtype` attributes account for is read again by json to find it."""
     if _orjson is not None and len(text) >= _ORJSON_MIN:
         try:
             doc = _orjson.loads(text)  # bytes: no str of the whole file is made
@@ -117,7 +117,11 @@ def _decode(text: str | bytes) -> Any:
             pass
         else:
             tensors = doc.get("tensors") if type(doc) is dict else None
-            if type(tensors) is not dict or _dtype_keys(text) == len(tensors):
+            nodes = doc.get("nodes") if type(doc) is dict else None
+            if type(tensors) is not dict or type(nodes) is not list:
+                return doc
+            attrs_ = (n.get("attrs") if type(n) is dict else None for n in nodes)
+            if _dtype_keys(text) == len(tensors) + sum(1 for a in attrs_ if type(a) is dict and "dtype" in a):
                 return doc
     return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, object_pairs_hook=_unique_keys)
 
@@ -138,8 +142,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _dtype_keys(text: str | bytes) -> int:
-    """How often `"dtype"` occurs in the file: at least once per tensor entry (more only when a
-    tensor is declared twice, or a name or attribute holds the word)."""
+    """How often `"dtype"` occurs in the file: once per tensor entry and per node with a `dtype`
+    attribute, more only when a tensor is declared twice (or a name or value holds the word: the
+    file is then read again, by json, to tell)."""
     return text.count(b'"dtype"' if isinstance(text, bytes) else '"dtype"')
 
 
@@ -185,7 +190,8 @@ def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<s
                 typed = _TYPED.decode(text)
             except msgspec.DecodeError:  # (ValidationError is one) the general path says what is wrong
                 typed = None
-            if typed is not None and _dtype_keys(text) != len(typed.tensors):
+            if typed is not None and _dtype_keys(text) != len(typed.tensors) + sum(
+                    1 for op in typed.nodes if op.attrs and "dtype" in op.attrs):
                 typed = None  # maybe a tensor declared twice: the general path finds it
             g = None if typed is None else _Loader(text, file, base).load_typed(typed)
             del typed

@@ -140,6 +140,22 @@ def test_a_big_graph_with_a_tensor_twice_is_refused_too(tmp_path):
         load_model(write_graph(tmp_path, text))
 
 
+@pytest.mark.parametrize("twice", [False, True])
+def test_big_graphs_with_dtype_attributes(tmp_path, twice):
+    """Nodes' `dtype` attributes are told apart from tensor entries: such a graph loads, and a tensor
+    declared twice in it is still found."""
+    doc = graph_doc(data=[1, 2, 3, 4])
+    doc["nodes"][0]["attrs"] = {"dtype": "float32", "pad": "x" * (1 << 20)}
+    text = json.dumps(doc)
+    if twice:
+        text = text.replace('"w": {', '"w": {"dtype": "float32", "shape": [4], "data": [9, 9, 9, 9]}, "w": {', 1)
+        with pytest.raises(QlowerError, match='key "w" appears twice'):
+            load_model(write_graph(tmp_path, text))
+    else:
+        g = load_model(write_graph(tmp_path, text))
+        np.testing.assert_array_equal(np.asarray(g.value("w").data), [1, 2, 3, 4])
+
+
 # ---------------------------------------------------------------- QNN network JSON and inputs
 def test_deep_net_json_is_a_clear_error(tmp_path, cli):
     p = tmp_path / "m_net.json"
