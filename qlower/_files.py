@@ -6,15 +6,28 @@ import errno
 import mmap
 import os
 import secrets
+import stat as stat_mod
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 from qlower.diagnostics import QlowerError, error
 
 
 def write_atomic(path: Path, payload: bytes) -> None:
-    """Write a temporary file in the same folder, then rename: the file is complete or absent."""
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    """Write `payload` to `path` so that the file is complete or absent.
+
+    Where Linux offers O_TMPFILE the bytes go into a nameless file that is linked in only when
+    complete (a killed run leaves nothing behind); elsewhere into a hidden temporary that is
+    renamed, and the temporaries of killed runs are removed by the next write of the same name."""
+    path = Path(path)
+    remove_stale_temporaries(path.parent, path.name)
+    try:
+        if _write_unnamed(path, payload):
+            return
+    except OSError as e:
+        raise QlowerError(error(f"cannot write {path}: {e.strerror or e}", code="io")) from None
+    tmp = path.parent / temporary_name(path.name)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # umask applies, as for open()
         with os.fdopen(fd, "wb") as f:
@@ -28,6 +41,127 @@ def write_atomic(path: Path, payload: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _write_unnamed(path: Path, payload: bytes) -> bool:
+    """O_TMPFILE + linkat: False where the platform or filesystem has no nameless files."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not os.path.isdir("/proc/self/fd"):
+        return False
+    try:
+        fd = os.open(path.parent, flag | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as e:
+        if e.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+            return False  # (ENOENT: a kernel without O_TMPFILE reads it as O_DIRECTORY without the dir)
+        raise
+    tmp = path.parent / temporary_name(path.name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+            # linkat cannot replace a file: link under a fresh name, then rename over the target
+            try:
+                os.link(f"/proc/self/fd/{f.fileno()}", tmp, follow_symlinks=True)
+            except OSError as e:  # (some filesystems, overlayfs among them, refuse to link it in)
+                if e.errno in (errno.EXDEV, errno.EPERM, errno.ENOENT, errno.EOPNOTSUPP, errno.EINVAL):
+                    return False
+                raise
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return True
+
+
+def temporary_name(name: str) -> str:
+    """The hidden name a file is written under before it is complete: `.NAME.PID.RANDOM.tmp`
+    (the pid lets a later run tell a killed run's leftovers from a live run's)."""
+    return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def remove_stale_temporaries(folder: Path, name: str) -> None:
+    """Remove `temporary_name(name)` files of processes that no longer run (killed runs)."""
+    prefix = f".{name}."
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+    except OSError:
+        return
+    for e in entries:
+        pid, _, rand = e.name[len(prefix):-len(".tmp")].partition(".")
+        if not (pid.isdigit() and len(rand) == 8 and rand.replace("_", "").isalnum()):  # (mkstemp's too)
+            continue
+        if int(pid) != os.getpid() and not _alive(int(pid)):
+            try:
+                if e.is_file(follow_symlinks=False):
+                    os.unlink(e.path)
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or no way to tell): leave its files alone
+    return True
+
+
+def refuse_overwrite(outputs: Iterable[Path | str | None], inputs: Iterable[Path | str | None]) -> None:
+    """A clear error when an output path is one of the inputs (the same file, through any name or
+    hard link), as `cp` refuses: writing it would replace what is being read."""
+    seen: dict[tuple[int, int], Path] = {}
+    for p in inputs:
+        if p is None:
+            continue
+        for stat in (os.stat, os.lstat):
+            try:
+                st = stat(p)
+            except (OSError, ValueError):
+                continue
+            seen.setdefault((st.st_dev, st.st_ino), Path(p))
+    for out in outputs:
+        if out is None or str(out) == "-":
+            continue
+        for stat in (os.stat, os.lstat):
+            try:
+                st = stat(out)
+            except (OSError, ValueError):
+                continue
+            same = seen.get((st.st_dev, st.st_ino))
+            if same is not None:
+                raise QlowerError(error(f"refusing to write {out}: it is the input {same}", code="same-file",
+                                        hint="choose another output path; qlower never replaces a file it reads"))
+
+
+class UnsafeReference(Exception):
+    """A file reference that qlower refuses to follow (its message says why)."""
+
+
+def confined(base: Path, ref: str) -> Path:
+    """`base / ref`, when it names a regular file inside `base` (symlinks followed, but only to files
+    inside `base`); else UnsafeReference, or OSError when there is no such file. Model files name their weight files relative to their own
+    folder: an absolute path, a `..` leading out, a link out of the folder, or a FIFO or device (a
+    read that never ends) would let a model read any file on the machine, as onnx refuses too."""
+    if type(ref) is not str or not ref:
+        raise UnsafeReference("the reference is empty")
+    if "\x00" in ref:
+        raise UnsafeReference("the reference holds a NUL character")
+    if os.path.isabs(ref) or ref.startswith(("/", "\\")) or (len(ref) > 1 and ref[1] == ":" and ref[0].isalpha()):
+        raise UnsafeReference("absolute paths are refused; references are relative to the model's folder")
+    try:
+        root = os.path.realpath(base)
+        target = os.path.realpath(os.path.join(root, ref))
+    except (OSError, ValueError) as e:
+        raise UnsafeReference(f"cannot resolve it: {e}") from None
+    if os.path.commonpath([root, target]) != root:
+        raise UnsafeReference("it leads outside the model's folder")
+    st = os.stat(target)  # (OSError: the caller's "cannot open")
+    if not stat_mod.S_ISREG(st.st_mode):
+        raise UnsafeReference("it is not a regular file")
+    return Path(target)
 
 
 _ALIGN = 4096  # O_DIRECT needs buffer address, length and file offset aligned to the device's block size

@@ -287,7 +287,8 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
 
 
 def verify(source: Graph, result: LowerResult, rules: Rules, *, inputs: Mapping[str, Any] | None = None,
-           tolerance: Any = None, seed: int = 0, localise: bool | None = None) -> Any:
+           tolerance: Any = None, seed: int = 0, localise: bool | None = None,
+           max_input_bytes: int | None = None) -> Any:
     """Judge a lowering against the source semantics; sets and returns `result.verification`.
 
     `source` is the graph as it was before `lower` (which rewrites in place).
@@ -295,20 +296,22 @@ def verify(source: Graph, result: LowerResult, rules: Rules, *, inputs: Mapping[
     `tolerance` is a qlower.verify.tolerance.TolerancePolicy (default: per-precision
     defaults). The Verification passes when every graph output is within tolerance;
     when it fails (or with `localise=True`) its report names the first source op
-    whose lowering is wrong, or says the error is accumulated drift.
+    whose lowering is wrong, or says the error is accumulated drift. Random inputs beyond
+    `max_input_bytes` (default `qlower.verify.compare.MAX_INPUT_BYTES`, 1 GiB) are refused.
     """
-    return _verify(source, result, rules, inputs, tolerance, seed, localise)
+    return _verify(source, result, rules, inputs, tolerance, seed, localise, max_input_bytes)
 
 
 def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[str, Any] | None, tolerance: Any,
-            seed: int, localise: bool | None) -> Any:
-    from qlower.verify.compare import random_inputs, verify_lowering
+            seed: int, localise: bool | None, max_input_bytes: int | None = None) -> Any:
+    from qlower.verify.compare import MAX_INPUT_BYTES, random_inputs, verify_lowering
 
     if result.qnn is None:
         raise QlowerError(error("nothing to verify: the graph was not lowered", code="verify"))
     t = time.perf_counter()
     used_seed = None if inputs is not None else seed
-    feed = dict(inputs) if inputs is not None else random_inputs(source, seed)
+    limit = MAX_INPUT_BYTES if max_input_bytes is None else max_input_bytes
+    feed = dict(inputs) if inputs is not None else random_inputs(source, seed, limit)
     result.verification = verify_lowering(source, result.graph, result.qnn, rules.kernels, feed,
                                           backend=result.backend, policy=tolerance, localise=localise,
                                           seed=used_seed, ops=rules.ops)
@@ -317,22 +320,26 @@ def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[st
 
 
 def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mapping[str, Sequence[int]] | None = None,
-               quantization_overrides: str | Path | Any = None) -> Graph:
+               trust_pickle: bool = False, quantization_overrides: str | Path | Any = None) -> Graph:
     """Import a model file with the named (or, for `auto`, the suffix's) frontend.
 
     `input_shapes` (name → dims) goes to frontends that take it (`Frontend.options`).
+    `trust_pickle` lets frontends that take it run pickles from the file (a `.pt2`'s pickled
+    weights or objects): only for files from someone you trust, see docs/security.md.
     `quantization_overrides`: an AIMET encodings file (path, or a read
     `qlower.graph.encodings.EncodingSet`) applied to the float model as QNN's converter applies
     `--quantization_overrides` (`qlower.frontends.overrides`).
     """
     chosen = choose_frontend(path, frontend)
+    options: dict[str, Any] = {}
     if input_shapes:
         if "input_shapes" not in chosen.options:
             raise QlowerError(error(f"the {chosen.name} frontend takes no input shapes (--input-shape)",
                                     hint="its models have static shapes already", code="usage"))
-        graph = chosen.load(Path(path), input_shapes=input_shapes)
-    else:
-        graph = chosen.load(Path(path))
+        options["input_shapes"] = input_shapes
+    if trust_pickle and "trust_pickle" in chosen.options:  # (other frontends run nothing from the file)
+        options["trust_pickle"] = True
+    graph = chosen.load(Path(path), **options)
     if quantization_overrides is not None:
         from qlower.frontends.overrides import apply_overrides
         from qlower.graph.encodings import EncodingSet, read_encodings
@@ -350,6 +357,8 @@ def choose_frontend(path: str | Path, frontend: str = "auto"):
     p = Path(path)
     if not p.exists():
         raise QlowerError(error(f"no such file: {path}", code="io"))
+    if not (p.is_file() or p.is_dir()):  # a FIFO, socket or device: a read that may never end
+        raise QlowerError(error(f"{path} is not a regular file", code="io"))
     frontends = installed().frontends
     if frontend == "auto":
         suffix = "".join(p.suffixes[-1:]).lower()

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from qlower._files import write_atomic
+from qlower._files import refuse_overwrite, write_atomic
 from qlower.diagnostics import QlowerError, Severity, did_you_mean, error, render_all
 
 
@@ -114,6 +114,8 @@ def fmt(args: argparse.Namespace) -> int:
     unformatted = []
     for f in files:
         try:
+            if not f.is_file():  # (a FIFO would block the read forever)
+                raise QlowerError(error(f"cannot read rule file {f}: not a regular file", code="io"))
             text = f.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise QlowerError(error(f"cannot read rule file {f}: {exc}", code="io")) from None
@@ -130,12 +132,13 @@ def fmt(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- lower
-def load_model(path: str, frontend: str = "auto", *, input_shapes=None, quantization_overrides=None):
+def load_model(path: str, frontend: str = "auto", *, input_shapes=None, trust_pickle: bool = False,
+               quantization_overrides=None):
     """Import a model file with the named (or, for `auto`, the suffix's) frontend, and apply an encodings
     file to it; what the file did is said on stderr (entries it could not apply included)."""
     from qlower.api import load_model as _load
 
-    graph = _load(path, frontend, input_shapes=input_shapes)
+    graph = _load(path, frontend, input_shapes=input_shapes, trust_pickle=trust_pickle)
     if quantization_overrides is not None:
         from qlower.frontends.overrides import apply_overrides
         from qlower.graph.encodings import read_encodings
@@ -200,8 +203,9 @@ def lower(args: argparse.Namespace) -> int:
               "static)", file=sys.stderr)
         return 2
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend, input_shapes=shapes,
+    graph = load_model(args.model, args.frontend, input_shapes=shapes, trust_pickle=getattr(args, "trust_pickle", False),
                        quantization_overrides=getattr(args, "quantization_overrides", None))
+    _refuse_overwriting_inputs(args, graph)
     # The loaded graph lives until the process ends: keep the cyclic collector from
     # rescanning its millions of objects in every later phase (seconds each on big models),
     # loading the rules included.
@@ -289,6 +293,33 @@ def lower(args: argparse.Namespace) -> int:
     return 0 if args.allow_partial else 1
 
 
+def _files_read(args: argparse.Namespace, graph) -> list:
+    """The files a command reads: the model, the files its constants come from, the inputs."""
+    from qlower.graph.lazy import LazyArray
+
+    model = Path(args.model)
+    found = {model, model.with_name(model.stem + "_inputs.npz")}
+    try:  # (npz data is mapped, not tracked by reference: every weight file beside the model counts)
+        found.update(p for p in model.resolve().parent.iterdir() if p.suffix in (".npz", ".npy", ".safetensors"))
+    except OSError:
+        pass
+    for v in graph.values:
+        src = getattr(v.data, "source", None) if isinstance(v.data, LazyArray) else None
+        if src is not None and getattr(src, "path", None) is not None:
+            found.add(Path(src.path))
+    return [*found, getattr(args, "inputs", None), getattr(args, "html_verify", None)]
+
+
+def _refuse_overwriting_inputs(args: argparse.Namespace, graph) -> None:
+    """Before any work: no output path of `lower` is a file it reads (as `cp` refuses)."""
+    from qlower.qnn.artifacts import artifact_names
+
+    outdir = Path(args.outdir) if args.outdir else Path(args.model).resolve().parent
+    outputs = [outdir / n for n in artifact_names(args.name or artifact_name(args.model))]
+    outputs += [args.timings, args.html, None if args.report in (None, "-") else args.report]
+    refuse_overwrite(outputs, _files_read(args, graph))
+
+
 def _html_prelude(args: argparse.Namespace, graph):
     """With --html: check the verification rows early and snapshot the source graph before lowering edits it."""
     if not getattr(args, "html", None):
@@ -322,12 +353,13 @@ def _snapshot(graph):
 def _verify(args: argparse.Namespace, source, result, rules, localise: bool | None):
     """The Verification of `lower --verify` and `debug`, with the tolerance and input flags."""
     from qlower.api import verify
-    from qlower.verify.compare import inputs_next_to, read_inputs
+    from qlower.verify.compare import MAX_INPUT_BYTES, inputs_next_to, read_inputs
     from qlower.verify.tolerance import TolerancePolicy
 
-    inputs = read_inputs(args.inputs) if args.inputs is not None else inputs_next_to(args.model)
+    limit = getattr(args, "max_input_bytes", None) or MAX_INPUT_BYTES
+    inputs = read_inputs(args.inputs, limit) if args.inputs is not None else inputs_next_to(args.model, limit)
     return verify(source, result, rules, inputs=inputs, seed=args.seed, localise=localise,
-                  tolerance=TolerancePolicy(args.atol, args.rtol, args.steps))
+                  tolerance=TolerancePolicy(args.atol, args.rtol, args.steps), max_input_bytes=limit)
 
 
 def debug(args: argparse.Namespace) -> int:
@@ -335,7 +367,9 @@ def debug(args: argparse.Namespace) -> int:
     from qlower.api import lower as lower_graph
 
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend, quantization_overrides=args.quantization_overrides)
+    graph = load_model(args.model, args.frontend, trust_pickle=getattr(args, "trust_pickle", False),
+                       quantization_overrides=args.quantization_overrides)
+    refuse_overwrite([args.json], _files_read(args, graph))
     rules = rules_for(args, graph)
     source = _snapshot(graph)
     result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None)
@@ -405,19 +439,23 @@ def run(args: argparse.Namespace) -> int:
     from qlower.qnn.reader import read
     from qlower.reference.interpreter import run as run_graph
 
-    graph = read(Path(args.net_json)).require_data()  # the same reading path as validate
-    try:
-        with np.load(args.inputs, allow_pickle=False) as z:
-            inputs = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise QlowerError(error(f"cannot read inputs {args.inputs}: {exc}", code="io")) from None
-    outputs = run_graph(graph, inputs, ops=installed().interpreter_ops())  # plugins' custom ops run too
+    from qlower.verify.compare import MAX_INPUT_BYTES, read_inputs
+
     out = Path(args.output)
+    refuse_overwrite([out], [args.net_json, args.inputs, _bin_next_to(Path(args.net_json))])
+    graph = read(Path(args.net_json)).require_data()  # the same reading path as validate
+    inputs = read_inputs(args.inputs, getattr(args, "max_input_bytes", None) or MAX_INPUT_BYTES)
+    outputs = run_graph(graph, inputs, ops=installed().interpreter_ops())  # plugins' custom ops run too
     buf = io.BytesIO()
     np.savez(buf, **outputs)
     write_atomic(out, buf.getvalue())
     print(f"ran {len(graph.ops)} ops; wrote {', '.join(outputs)} to {out}")
     return 0
+
+
+def _bin_next_to(net_json: Path) -> Path:
+    name = net_json.name
+    return net_json.with_name((name[:-len("_net.json")] if name.endswith("_net.json") else net_json.stem) + ".bin")
 
 
 def validate(args: argparse.Namespace) -> int:
@@ -452,7 +490,7 @@ def test(args: argparse.Namespace) -> int:
 def explain(args: argparse.Namespace) -> int:
     from qlower.rewrite.explain import explain as explain_node
 
-    graph = load_model(args.graph)
+    graph = load_model(args.graph, trust_pickle=getattr(args, "trust_pickle", False))
     args.opdefs = []
     rules = rules_for(args, graph)
     text = explain_node(graph, rules, args.node, rule=args.rule, backend=args.backend)

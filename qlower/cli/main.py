@@ -62,6 +62,24 @@ def _verify_options(s: argparse.ArgumentParser) -> None:
                    help="tolerance of float outputs relative to their peak |value|")
     s.add_argument("--steps", type=_tolerance, default=None, help="tolerance of quantized outputs, in steps of "
                    "their encoding")
+    _max_input_option(s)
+
+
+def _byte_count(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of bytes")
+    return int(text)
+
+
+def _max_input_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--max-input-bytes", type=_byte_count, default=None, metavar="N",
+                   help="read or make at most N bytes of inputs in all (default 1 GiB; see docs/security.md)")
+
+
+def _trust_option(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--trust-pickle", action="store_true",
+                   help="let torch run pickles inside a .pt2 (pickled weights, custom objects): they can run any "
+                   "code, so only for files from someone you trust (see docs/security.md)")
 
 
 def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -125,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quantization-overrides", default=None, metavar="FILE",
                    help="an AIMET encodings file (1.0.0 or the older dict format) applied to the model, as QNN's "
                    "converter applies --quantization_overrides")
+    _trust_option(s)
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=commands.lower)
 
@@ -140,12 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quantization-overrides", default=None, metavar="FILE",
                    help="an AIMET encodings file applied to the model (as for lower)")
     _verify_options(s)
+    _trust_option(s)
     s.set_defaults(func=commands.debug)
 
     s = sub.add_parser("run", help="run a QNN graph (_net.json + .bin) on inputs with the reference kernels")
     s.add_argument("net_json")
     s.add_argument("--inputs", required=True, help=".npz keyed by input tensor name")
     s.add_argument("-o", "--output", required=True, help=".npz to write, keyed by output name")
+    _max_input_option(s)
     s.set_defaults(func=commands.run)
 
     s = sub.add_parser("validate", help="validate a _net.json against a backend's op definitions")
@@ -167,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rule", default=None)
     s.add_argument("--rules", action="append", default=[])
     s.add_argument("--backend", default=None, choices=BACKENDS)
+    _trust_option(s)
     s.set_defaults(func=commands.explain)
 
     s = sub.add_parser("opdefs", help="show what QNN ops accept on a backend")

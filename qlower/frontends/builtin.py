@@ -32,12 +32,12 @@ def _onnx(path: Path, *, input_shapes=None):
     return load_onnx(path, input_shapes=input_shapes)
 
 
-def _torch(path: Path):
+def _torch(path: Path, *, trust_pickle: bool = False):
     from qlower.frontends.torch_frontend import load_exported  # raises a clear QlowerError without torch
 
-    return load_exported(path)
+    return load_exported(path, trust_pickle=trust_pickle)
 
 
 def builtin_frontends() -> tuple[Frontend, ...]:
     return (Frontend("json", (".json",), _json), Frontend("onnx", (".onnx",), _onnx, options={"input_shapes"}),
-            Frontend("torch", (".pt2",), _torch))
+            Frontend("torch", (".pt2",), _torch, options={"trust_pickle"}))

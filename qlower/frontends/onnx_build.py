@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from qlower._files import UnsafeReference, confined
 from qlower.diagnostics import QlowerError, error
 from qlower.frontends.onnx_qdq import QdqResult, fold_qdq
 from qlower.reference.onnx_types import graph_dtype, narrow_ints, onnx_to_numpy
@@ -38,7 +39,7 @@ def _fail(message: str, subject: str | None = None, hint: str | None = None) -> 
 
 def _attr_value(a: Any) -> Any:
     """An ONNX attribute as plain JSON-friendly Python (tensors as nested lists, strings decoded)."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     v = helper.get_attribute_value(a)
     if isinstance(v, bytes):
@@ -46,31 +47,56 @@ def _attr_value(a: Any) -> Any:
     if isinstance(v, list):
         return [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
     if hasattr(v, "dims") and hasattr(v, "data_type"):
-        return numpy_helper.to_array(v).tolist()
+        return np.asarray(_initializer(v, None)).tolist()  # (its dims and bytes checked first)
     return v
 
 
 def _initializer(t: Any, base_dir: Path | None) -> np.ndarray | LazyArray:
-    """An initializer's data; ONNX external data becomes a reference read when needed."""
+    """An initializer's data; ONNX external data becomes a reference read when needed.
+
+    Its dims and byte counts are checked before anything is read or allocated, and an external
+    data file must lie inside the model's folder (what onnx's own loader demands)."""
     from onnx import TensorProto, numpy_helper
 
-    if t.data_location != TensorProto.EXTERNAL:
-        return numpy_helper.to_array(t)
-    info = {e.key: e.value for e in t.external_data}
     subject = f"tensor {t.name}"
+    dims = [int(d) for d in t.dims]
+    if any(d < 0 for d in dims):
+        raise _fail(f"initializer {t.name} has negative dims {dims}", subject=subject)
+    dtype = onnx_to_numpy(t.data_type)
+    if t.data_type == TensorProto.STRING or (dtype is not None and dtype.kind in "OSU"):
+        raise _fail(f"initializer {t.name} holds strings, which qlower does not import", subject=subject)
+    if t.data_location != TensorProto.EXTERNAL:
+        # every element type takes at least half a byte of raw_data or one typed entry per 2 elements
+        held = 2 * len(t.raw_data) + 2 * sum(len(f) for f in (t.float_data, t.int32_data, t.int64_data,
+                                                               t.double_data, t.uint64_data))
+        if math.prod(dims) > held:
+            raise _fail(f"initializer {t.name}: dims {dims} need more data than it holds", subject=subject)
+        try:
+            return numpy_helper.to_array(t)
+        except (ValueError, TypeError, KeyError, OverflowError, MemoryError) as exc:
+            raise _fail(f"initializer {t.name}: its data does not match its dims {dims} and type: "
+                        f"{str(exc)[:200]}", subject=subject) from None
+    info = {e.key: e.value for e in t.external_data}
     if base_dir is None or "location" not in info:
         raise _fail(f"initializer {t.name} has external data but the model was not loaded from a file",
                     subject=subject)
-    path = base_dir / info["location"]
-    dtype = onnx_to_numpy(t.data_type)
     if dtype is None:
         raise _fail(f"initializer {t.name} has ONNX element type {t.data_type}, which qlower does not import",
                     subject=subject)
-    shape = tuple(int(d) for d in t.dims)
+    for key in ("offset", "length"):
+        if key in info and not (info[key].isascii() and info[key].isdigit()):
+            raise _fail(f"initializer {t.name}: external data {key} {info[key][:40]!r} is not a non-negative "
+                        "integer", subject=subject)
+    shape = tuple(dims)
     size = math.prod(shape) * dtype.itemsize
     offset = int(info.get("offset", 0))
+    path = base_dir / info["location"]
     try:
+        path = confined(base_dir, info["location"])
         have = path.stat().st_size
+    except UnsafeReference as exc:
+        raise _fail(f"initializer {t.name}: external data location {info['location'][:200]!r} refused: {exc}",
+                    subject=subject) from None
     except OSError as exc:
         raise _fail(f"initializer {t.name}: cannot open its external data file {path}: {exc.strerror or exc}",
                     subject=subject) from None
@@ -80,12 +106,20 @@ def _initializer(t: Any, base_dir: Path | None) -> np.ndarray | LazyArray:
     return LazyArray(RawSource(path, offset, dtype, shape), dtype, shape)
 
 
-def _constant_value(node: Any) -> np.ndarray:
-    from onnx import numpy_helper
+def _initializers(g: Any, base_dir: Path | None) -> dict[str, np.ndarray | LazyArray]:
+    """Initializers by name; a name given twice (which one would win?) is refused."""
+    out: dict[str, np.ndarray | LazyArray] = {}
+    for t in g.initializer:
+        if t.name in out:
+            raise _fail(f"initializer {t.name} is declared twice", subject=f"tensor {t.name}")
+        out[t.name] = _initializer(t, base_dir)
+    return out
 
+
+def _constant_value(node: Any) -> np.ndarray:
     for a in node.attribute:
         if a.name == "value":
-            return numpy_helper.to_array(a.t)
+            return np.asarray(_initializer(a.t, None))  # (its dims and bytes checked first)
         if a.name == "value_float":
             return np.asarray(a.f, np.float32)
         if a.name == "value_floats":
@@ -104,7 +138,7 @@ class GraphBuilder:
     def __init__(self, model: Any, opset: int, base_dir: Path | None = None) -> None:
         self.model, self.opset = model, opset
         g = model.graph
-        self.consts: dict[str, np.ndarray] = {t.name: _initializer(t, base_dir) for t in g.initializer}
+        self.consts: dict[str, np.ndarray] = _initializers(g, base_dir)
         self.types: dict[str, tuple[np.dtype | None, tuple[int, ...] | None]] = {}
         self.onnx_types: dict[str, int] = {}
         for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -112,6 +146,9 @@ class GraphBuilder:
         self.nodes = []
         for n in g.node:
             if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+                if n.output[0] in self.consts:
+                    raise _fail(f"tensor {n.output[0]} is both an initializer and a Constant's output",
+                                subject=f"tensor {n.output[0]}")
                 self.consts[n.output[0]] = _constant_value(n)
             else:
                 self.nodes.append(n)
@@ -128,6 +165,9 @@ class GraphBuilder:
         if t.HasField("shape"):
             ds = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
             dims = None if any(d is None for d in ds) else tuple(int(d) for d in ds)
+            if dims and (min(dims) < 0 or max(dims) > 0xFFFFFFFF or math.prod(dims) > 1 << 48):
+                raise _fail(f"tensor {vi.name} has dims {list(dims)}: negative, or beyond what QNN holds (dims "
+                            "below 2^32, at most 2^48 elements)", subject=f"tensor {vi.name}")
         self.types[vi.name] = (onnx_to_numpy(t.elem_type) if t.elem_type else None, dims)
         self.onnx_types[vi.name] = t.elem_type
 

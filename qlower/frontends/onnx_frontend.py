@@ -123,10 +123,48 @@ def default_opset(model: Any) -> int:
     raise _fail("the model imports no default-domain (ai.onnx) opset")
 
 
+def _check_names(model: Any) -> None:
+    """Every name is text (protobuf hands strings that are not valid UTF-8 over as bytes)."""
+    g = model.graph
+    lists = [[g.name], [v.name for v in (*g.input, *g.output, *g.value_info, *g.initializer)]]
+    for n in g.node:
+        lists += [[n.name, n.op_type, n.domain], n.input, n.output]
+    for names in lists:
+        for x in names:
+            if not isinstance(x, str):
+                raise _fail(f"the model holds a name that is not valid UTF-8 ({len(x)} bytes)")
+
+
+def _check_acyclic(model: Any) -> None:
+    """Nodes feed each other without a cycle (a cycle has no order to run in); in O(nodes + edges)."""
+    producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output if o}
+    waiting = [sum(1 for x in set(n.input) if x in producer) for n in model.graph.node]
+    users: dict[int, list[int]] = {}
+    for i, n in enumerate(model.graph.node):
+        for x in set(n.input):
+            if x in producer:
+                users.setdefault(producer[x], []).append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for j in users.get(i, ()):
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    if done != len(waiting):
+        stuck = [model.graph.node[i] for i, w in enumerate(waiting) if w > 0][:5]
+        names = ", ".join(n.name or n.output[0] for n in stuck)
+        raise _fail(f"the graph has a cycle (nodes that depend on each other: {names})", subject=f"node {names}")
+
+
 def _check_nodes(model: Any) -> None:
     """Only default-domain ops without subgraphs are imported; say which node is not."""
     from onnx import AttributeProto
 
+    _check_names(model)
+    _check_acyclic(model)
     for i, n in enumerate(model.graph.node):
         who = f"node {n.name or f'#{i}'} ({(n.domain + '.') if n.domain else ''}{n.op_type})"
         if n.domain == "com.microsoft" and n.op_type in _CONTRIB_QDQ:

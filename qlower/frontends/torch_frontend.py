@@ -29,6 +29,7 @@ import numpy as np
 from qlower.diagnostics import QlowerError, error
 from qlower.frontends.fold import fold_constants
 from qlower.frontends.torch_quant import DEQUANTIZE_OP, QUANTIZE_OP
+from qlower.frontends.pt2_archive import load_pt2
 from qlower.graph.core import Graph, Value
 from qlower.graph.types import DTYPE_NAMES
 from qlower.reference.aten_kernels import NARROWED, AtenKernels, AtenOps, Signature, dtype_name
@@ -50,13 +51,17 @@ def _torch() -> Any:
     return torch
 
 
-def load_exported(ep_or_path: Any, *, decompose: bool = False, fold: bool = True, name: str | None = None) -> Graph:
+def load_exported(ep_or_path: Any, *, decompose: bool = False, fold: bool = True, name: str | None = None,
+                  trust_pickle: bool = False) -> Graph:
     """An ExportedProgram or `.pt2` path → an `aten` dialect Graph, constant-folded.
 
     The program is first brought to functional ATen with `run_decompositions`:
     with no decompositions by default (keeping `linear` and
     `scaled_dot_product_attention` whole, but inlining higher-order ops), or
     with torch's core ATen decompositions when `decompose` is set.
+
+    A `.pt2` that would make torch run a pickle from the file is refused unless `trust_pickle`
+    (see `pt2_archive` and docs/security.md).
     """
     torch = _torch()
     ep = ep_or_path
@@ -68,12 +73,15 @@ def load_exported(ep_or_path: Any, *, decompose: bool = False, fold: bool = True
             from qlower.frontends.torch_quant import register_quant_ops
 
             register_quant_ops(path)  # pt2e programs name quantize/dequantize ops outside aten
-            ep = torch.export.load(str(path))
+            ep = load_pt2(path, trust_pickle=trust_pickle)
+        except QlowerError:
+            raise
         except Exception as exc:  # torch reports a bad archive in many ways
             hint = ("if the program takes or returns a type registered at export time (such as transformers' "
                     "ModelOutput), import its package first or export a wrapper that returns tensors"
                     if "deserializ" in str(exc) else None)
-            raise _fail(f"cannot load {path.name} as an exported program: {str(exc).splitlines()[0]}",
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise _fail(f"cannot load {path.name} as an exported program: {first}",
                         subject=f"file {path}", hint=hint) from None
         name = name or path.stem
     if not isinstance(ep, torch.export.ExportedProgram):

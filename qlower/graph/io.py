@@ -19,7 +19,9 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 import re
+import stat
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ try:
 except ImportError:  # optional: `pip install qlower[fast]`
     _orjson = None
 
+from qlower._files import UnsafeReference, confined
 from qlower.diagnostics import Diagnostic, QlowerError, Span, did_you_mean, error
 from qlower.graph.core import Graph, Op, Value
 from qlower.graph.format import FORMAT, _PLAIN, _inline_array, _plain_list, _quant_json_problems, quant_problems
@@ -55,6 +58,7 @@ _INTS = frozenset({int})
 _MISSING: Any = object()  # (an unknown name, where None means an absent input)
 
 _UNSET = msgspec.UNSET
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 class _FileValue(Value, forbid_unknown_fields=True):
@@ -101,25 +105,76 @@ def _decode(text: str | bytes) -> Any:
     """JSON → Python objects. Big files (graphs of 10^5+ ops, block encodings) go through orjson
     when it is installed (several times faster); what orjson refuses (NaN/Infinity) and every
     error (for json's line:col) go through json. orjson reads an integer literal beyond 64 bits as
-    a float, so on big files such a value is reported as "not an integer" rather than "too large"."""
+    a float, so on big files such a value is reported as "not an integer" rather than "too large".
+
+    A key twice in one object (a tensor declared twice: JSON parsers keep the last) is an error:
+    json checks every object; after orjson, a file with more "dtype" keys than its tensors and
+    `dtype` attributes account for is read again by json to find it."""
     if _orjson is not None and len(text) >= _ORJSON_MIN:
         try:
-            return _orjson.loads(text)  # bytes: no str of the whole file is made
+            doc = _orjson.loads(text)  # bytes: no str of the whole file is made
         except _orjson.JSONDecodeError:
             pass
-    return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+        else:
+            tensors = doc.get("tensors") if type(doc) is dict else None
+            nodes = doc.get("nodes") if type(doc) is dict else None
+            if type(tensors) is not dict or type(nodes) is not list:
+                return doc
+            attrs_ = (n.get("attrs") if type(n) is dict else None for n in nodes)
+            if _dtype_keys(text) == len(tensors) + sum(1 for a in attrs_ if type(a) is dict and "dtype" in a):
+                return doc
+    return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text, object_pairs_hook=_unique_keys)
+
+
+class _DuplicateKey(Exception):
+    """A key twice in one JSON object (args: the key)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
+    return d
+
+
+def _dtype_keys(text: str | bytes) -> int:
+    """How often `"dtype"` occurs in the file: once per tensor entry and per node with a `dtype`
+    attribute, more only when a tensor is declared twice (or a name or value holds the word: the
+    file is then read again, by json, to tell)."""
+    return text.count(b'"dtype"' if isinstance(text, bytes) else '"dtype"')
+
+
+def _duplicate_error(text: str | bytes, file: str, key: str) -> QlowerError:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    quoted = json.dumps(key, ensure_ascii=False)
+    first = text.find(quoted + ":")
+    at = text.find(quoted, first + 1) if first >= 0 else -1
+    span = None
+    if at >= 0:
+        line = text.count("\n", 0, at) + 1
+        span = Span.point(file, line, at - text.rfind("\n", 0, at))
+    return QlowerError(error(f"key {quoted} appears twice in one JSON object (JSON readers would keep the last "
+                             "silently)", span=span, code="duplicate-key"))
 
 
 def load_graph(path: str | Path) -> Graph:
     """Read a graph file; npz references resolve against the file's folder."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # (a FIFO would block the read forever)
+            raise QlowerError(error(f"cannot read graph file {path}: not a regular file", code="io"))
         raw = path.read_bytes()
         if len(raw) < _ORJSON_MIN or _orjson is None:
             raw = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise QlowerError(error(f"cannot read graph file {path}: {getattr(e, 'strerror', None) or e}",
-                                code="io")) from None
+    except OSError as e:
+        raise QlowerError(error(f"cannot read graph file {path}: {e.strerror or e}", code="io")) from None
+    except UnicodeDecodeError as e:
+        raise QlowerError(error(f"cannot read graph file {path}: not UTF-8 (byte {e.start})", code="io")) from None
     return loads_graph(raw, base_dir=path.parent, file=str(path))
 
 
@@ -135,6 +190,9 @@ def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<s
                 typed = _TYPED.decode(text)
             except msgspec.DecodeError:  # (ValidationError is one) the general path says what is wrong
                 typed = None
+            if typed is not None and _dtype_keys(text) != len(typed.tensors) + sum(
+                    1 for op in typed.nodes if op.attrs and "dtype" in op.attrs):
+                typed = None  # maybe a tensor declared twice: the general path finds it
             g = None if typed is None else _Loader(text, file, base).load_typed(typed)
             del typed
             if g is not None:
@@ -142,14 +200,27 @@ def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<s
         try:
             doc = _decode(text)
         except UnicodeDecodeError as e:
-            raise QlowerError(error(f"cannot read graph file {file}: {e}", code="io")) from None
+            raise QlowerError(error(f"cannot read graph file {file}: not UTF-8 (byte {e.start})", code="io")) from None
         except json.JSONDecodeError as e:
             raise QlowerError(error(f"invalid JSON: {e.msg}", span=Span.point(file, e.lineno, e.colno),
                                     code="invalid-json")) from None
+        except _DuplicateKey as e:
+            raise _duplicate_error(text, file, e.args[0]) from None
         return _Loader(text, file, base).load(doc)
+    except RecursionError:
+        raise QlowerError(error(f"{file}: JSON nested too deeply (graph files nest a few levels)",
+                                code="invalid-json")) from None
     finally:
         if enabled:
             gc.enable()
+
+
+_MAX_DIM = (1 << 32) - 1  # QNN tensor dims are uint32
+_MAX_ELEMENTS = 1 << 48  # far beyond any device's memory; keeps every byte count a 64-bit integer
+
+
+def _too_big(dims: Any) -> bool:
+    return max(dims) > _MAX_DIM or math.prod(dims) > _MAX_ELEMENTS
 
 
 def _wire(o: Op, ops: dict[str, Op]) -> None:
@@ -234,6 +305,7 @@ class _Loader:
         if type(name) is not str:
             self.err("\"name\" must be a string", "bad-type")
         self.raise_errors()
+        self.check_text(doc)
         g = Graph(name)
         with g.bulk():
             values = self.tensors(g, doc["tensors"])
@@ -247,6 +319,25 @@ class _Loader:
         self.raise_errors()
         g.set_io(ins, outs)
         return g
+
+    def check_text(self, doc: dict) -> None:
+        """Names are text that can be written out again: a `\\uD800`-style escape without its pair
+        decodes to a lone surrogate, which no UTF-8 artifact can hold (looked for only when the
+        file has such an escape)."""
+        src = self.source
+        if not _SURROGATE_ESCAPE.search(src if isinstance(src, str) else src.decode("utf-8", "replace")):
+            return
+        names = [doc.get("name", ""), *doc["tensors"], *doc["inputs"], *doc["outputs"]]
+        names += [x for n in doc["nodes"] if type(n) is dict for k in ("name", "op", "inputs", "outputs")
+                  for x in (n.get(k) if type(n.get(k)) is list else [n.get(k)])]
+        for x in names:
+            if type(x) is str:
+                try:
+                    x.encode("utf-8")
+                except UnicodeEncodeError:
+                    self.err(f"name {json.dumps(x)} holds a lone UTF-16 surrogate (a \\u escape without its pair): "
+                             "not valid UTF-8 text", "bad-name")
+        self.raise_errors()
 
     def load_typed(self, doc: Any) -> Graph | None:
         """The graph of a typed-decoded document (`_Document`), or None at the first thing the general
@@ -272,7 +363,7 @@ class _Loader:
             if dims is not None:
                 shared = seen.get(dims)
                 if shared is None:
-                    if dims and min(dims) < 0:
+                    if dims and (min(dims) < 0 or _too_big(dims)):
                         return None
                     shared = seen[dims] = dims
                 dims = shared  # one tuple per distinct shape
@@ -374,6 +465,10 @@ class _Loader:
                 self.err(f"tensor `{name}`: shape must be a list of non-negative integers, not {_fmt(shape)}",
                          "bad-shape", f"tensor {name}")
                 shape = None
+            elif shape and _too_big(shape):
+                self.err(f"tensor `{name}`: shape {_fmt(shape)} is beyond what QNN holds (dims below 2^32, "
+                         "at most 2^48 elements)", "bad-shape", f"tensor {name}")
+                shape = None
             if len(t) == 2 and shape is not None:  # dtype and shape only: most tensors of a big graph
                 dims = tuple(shape)
                 values[name] = make(name, dtype, seen.setdefault(dims, dims), owner=g)
@@ -419,7 +514,7 @@ class _Loader:
             problems.append(("missing-key", "\"quant\" is missing key \"scale\""))
         else:
             if type(q["scale"]) is dict or type(q.get("zero_point")) is dict:
-                q = self.quant_refs(name, q)  # scales/zero points by reference: read as arrays here
+                q = self.quant_refs(name, q, shape)  # scales/zero points by reference: read as arrays here
                 if q is None:
                     return None
             problems += [("unknown-key", f"unknown \"quant\" key {_fmt(k)}") for k in sorted(q.keys() - _QUANT_KEYS)]
@@ -445,7 +540,7 @@ class _Loader:
             self.err(f"tensor `{name}`: {msg}", code, subject)
         return None
 
-    def quant_refs(self, name: str, q: dict) -> dict | None:
+    def quant_refs(self, name: str, q: dict, shape: list | None = None) -> dict | None:
         """A quant object whose `scale`/`zero_point` reference arrays (npz, npy, safetensors, as `data`
         does): the same object with those arrays read in, flat. Block encodings list millions of
         scales; as arrays they skip JSON number parsing and Python lists altogether."""
@@ -461,9 +556,13 @@ class _Loader:
                 return None
             if "npy" in ref or "safetensors" in ref:
                 lazy = self.ref_data(name, ref, None, None)
+                if lazy is not None and shape is not None and lazy.size > max(1, math.prod(shape)):
+                    self.err(f"tensor `{name}`: quant \"{key}\" references {lazy.size} values, more than the "
+                             f"tensor's {math.prod(shape)} elements", "bad-quant", subject)
+                    return None
                 arr = None if lazy is None else np.asarray(lazy)
-            else:
-                arr = self.npz_data(name, ref)
+            else:  # (no more scales or zero points than the tensor has elements)
+                arr = self.npz_data(name, ref, None if shape is None else max(1, math.prod(shape)) * 8)
             if arr is None:
                 return None
             if arr.dtype.kind not in kinds or arr.ndim != 1:
@@ -482,7 +581,7 @@ class _Loader:
         if type(d) is dict and ("npy" in d or "safetensors" in d):
             return self.ref_data(name, d, dtype, shape)
         if type(d) is dict:
-            arr = self.npz_data(name, d)
+            arr = self.npz_data(name, d, math.prod(shape) * dtype.itemsize)
             if arr is None:
                 return None
             if arr.dtype != dtype:
@@ -519,6 +618,7 @@ class _Loader:
             return None
         path = self.base_dir / file
         try:
+            path = confined(self.base_dir, file)
             if kind == "npy":
                 got_dtype, got_shape = npy_header(path)
                 source: Any = NpySource(path)
@@ -536,6 +636,9 @@ class _Loader:
                              "does not read", "data-dtype", subject)
                     return None
                 got_dtype, source = _DTYPES[dname], SafetensorsSource(path, key)
+        except UnsafeReference as e:
+            self.err(f"tensor `{name}`: {kind} reference {_fmt(file)} refused: {e}", "data-file", subject)
+            return None
         except OSError as e:
             self.err(f"tensor `{name}`: cannot open {kind} file {path}: {e.strerror or e}", "data-file", subject)
             return None
@@ -560,7 +663,7 @@ class _Loader:
             return None
         return lazy
 
-    def npz_data(self, name: str, ref: dict) -> np.ndarray | None:
+    def npz_data(self, name: str, ref: dict, max_bytes: int | None = None) -> np.ndarray | None:
         subject = f"tensor {name}"
         file, key = ref.get("npz"), ref.get("key")
         if type(file) is not str or type(key) is not str or len(ref) != 2:
@@ -570,7 +673,11 @@ class _Loader:
         if file not in self.archives:
             path = self.base_dir / file
             try:
+                path = confined(self.base_dir, file)
                 self.archives[file] = _Npz.open(path)
+            except UnsafeReference as e:
+                self.archives[file] = None
+                self.err(f"tensor `{name}`: npz reference {_fmt(file)} refused: {e}", "npz-missing", subject)
             except OSError as e:
                 self.archives[file] = None
                 self.err(f"tensor `{name}`: cannot open npz file {path}: {e.strerror or e}", "npz-missing", subject)
@@ -581,7 +688,7 @@ class _Loader:
         if archive is None:
             return None
         try:
-            return archive.get(key)
+            return archive.get(key, max_bytes)
         except KeyError:
             self.err(f"tensor `{name}`: npz file {file} has no array {_fmt(key)}", "npz-key", subject,
                      did_you_mean(key, archive.keys()))

@@ -16,9 +16,8 @@ Sources: `.npy` files (memory-mapped) and tensors in `.safetensors` files
 
 from __future__ import annotations
 
-import json
 import math
-import struct
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -80,39 +79,53 @@ _NPY_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int
 
 def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     """key → (numpy dtype name or the file's own name when numpy has none, shape), from the
-    header alone (8-byte length + JSON): no tensor bytes are read."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ValueError("file too short for a safetensors header")
-        (n,) = struct.unpack("<Q", head)
-        if n > 100 << 20:
-            raise ValueError(f"header length {n} is implausible")
-        raw = f.read(n)
+    header alone: no tensor bytes are read. The safetensors package checks the header (its
+    length, offsets inside the file, not overlapping, matching each shape) as it opens the file;
+    a file it refuses is a ValueError that quotes none of the file's bytes."""
+    from safetensors import SafetensorError, safe_open
+
     try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"header is not JSON: {e}") from None
-    if type(doc) is not dict:
-        raise ValueError("header is not a JSON object")
-    out = {}
-    for k, v in doc.items():
-        if k == "__metadata__" or type(v) is not dict:
-            continue
-        out[k] = (_NPY_DTYPES.get(v.get("dtype"), str(v.get("dtype"))), tuple(int(d) for d in v.get("shape", ())))
+        with safe_open(str(path), framework="numpy") as f:
+            out = {}
+            for k in f.keys():
+                part = f.get_slice(k)
+                dname = part.get_dtype()
+                out[k] = (_NPY_DTYPES.get(dname, str(dname)), tuple(int(d) for d in part.get_shape()))
+    except SafetensorError as e:
+        text = str(e)
+        if "JSON" in text:  # serde quotes what it could not parse
+            text = "its header is not the JSON a safetensors file holds"
+        raise ValueError(text[:300]) from None
     return out
 
 
+_MAX_NPY_HEADER = 10000  # numpy's own limit (np.lib.format._MAX_HEADER_SIZE): bigger headers are refused
+
+
 def npy_header(path: Path) -> tuple[np.dtype, tuple[int, ...]]:
-    """dtype and shape of a `.npy` file from its header."""
+    """dtype and shape of a `.npy` file from its header, checked against the file's size (a short
+    file is refused here, not when the data is read). Errors quote none of the file's bytes."""
     with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        else:
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        try:
+            version = np.lib.format.read_magic(f)
+        except ValueError:
+            raise ValueError("it does not start with the .npy magic string") from None
+        try:
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f, max_header_size=_MAX_NPY_HEADER)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f, max_header_size=_MAX_NPY_HEADER)
+        except (ValueError, SyntaxError, TypeError, KeyError, OverflowError, MemoryError):
+            raise ValueError(f"its header is not a valid .npy header (at most {_MAX_NPY_HEADER} bytes of a "
+                             "Python literal with descr, fortran_order and shape)") from None
+        start = f.tell()
+        size = os.fstat(f.fileno()).st_size
     if fortran or dtype.hasobject:
         raise ValueError("Fortran-ordered and object arrays are not supported")
+    need = math.prod(shape) * dtype.itemsize
+    if start + need > size:
+        raise ValueError(f"it is truncated: its header declares {dtype}{list(shape)} ({need} bytes) but "
+                         f"{max(0, size - start)} bytes follow")
     return dtype, tuple(shape)
 
 

@@ -26,6 +26,7 @@ _EOCD64_LOCATOR = struct.Struct("<4sLQL")
 _EOCD64 = struct.Struct("<4sQ2H2L4Q")
 _CENTRAL = struct.Struct("<4s4x2H4x3L5H2L")  # central directory file header, up to the name
 _FULL = 0xFFFFFFFF
+_MAX_NPY_HEADER = 10000  # numpy's limit on an .npy header (np.lib.format._MAX_HEADER_SIZE)
 
 
 class _Member(NamedTuple):
@@ -191,10 +192,29 @@ class _Npz:
     def keys(self) -> list[str]:
         return list(self.members)
 
-    def get(self, key: str) -> np.ndarray:
+    def get(self, key: str, max_bytes: int | None = None) -> np.ndarray:
+        """The member's array. With `max_bytes` (what the tensor referring to it can hold), a
+        compressed member whose header declares more is refused before anything is allocated
+        (numpy's reader allocates what the header says, then inflates into it)."""
         info = self.members[key]
         arr = self._fast(info) if info.compress_type == zipfile.ZIP_STORED else None
         if arr is None:  # compressed, Fortran-ordered or unusual: let numpy do it (and raise)
+            with self.zip.open(self.zip.getinfo(info.filename)) as f:
+                try:
+                    version = np.lib.format.read_magic(f)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(f, max_header_size=_MAX_NPY_HEADER)
+                except (ValueError, SyntaxError, TypeError, KeyError, OverflowError, MemoryError):
+                    raise ValueError("the member is not an .npy array (its magic string or header is not "
+                                     f"valid, or the header is over {_MAX_NPY_HEADER} bytes)") from None
+                need = math.prod(shape) * dtype.itemsize
+                if dtype.hasobject:
+                    raise ValueError("the member is an object array, which qlower never reads")
+                if need > info.file_size or (max_bytes is not None and need > max_bytes):
+                    limit = f"; the tensor holds {max_bytes}" if max_bytes is not None else ""
+                    raise ValueError(f"the member's header declares {dtype}{list(shape)} ({need} bytes), more "
+                                     f"than the member's {info.file_size} bytes{limit}")
             with self.zip.open(self.zip.getinfo(info.filename)) as f:
                 arr = np.lib.format.read_array(f, allow_pickle=False)
         return arr
@@ -217,6 +237,8 @@ class _Npz:
             hlen, hstart = int.from_bytes(buf[start + 8:start + 10], "little"), start + 10
         else:
             hlen, hstart = int.from_bytes(buf[start + 8:start + 12], "little"), start + 12
+        if hlen > _MAX_NPY_HEADER:
+            return None  # (numpy's reader then refuses it)
         header = buf[hstart:hstart + hlen]
         meta = self.headers.get(header, False)
         if meta is False:
@@ -238,6 +260,8 @@ def _parse_npy_header(header: bytes) -> tuple[np.dtype, tuple[int, ...], int] | 
         if dtype is None or dtype.hasobject or d["fortran_order"] or type(d["shape"]) is not tuple:
             return None
         shape = tuple(int(x) for x in d["shape"])
+        if any(x < 0 for x in shape):
+            return None
         return dtype, shape, math.prod(shape) * dtype.itemsize
     except (ValueError, SyntaxError, TypeError, KeyError):
         return None

@@ -160,11 +160,14 @@ def _quant_ref_json(v: Value, refs: "_QuantRefs") -> dict[str, Any]:
 
 
 def _ref_json(data: Any, ref_dir: Path | None) -> dict[str, str] | None:
-    """The reference a lazily read constant came from, unless it was changed since (or inline is wanted)."""
+    """The reference a lazily read constant came from, unless it was changed since, lies outside the
+    saved file's folder (see `qlower._files.confined`) or inline is wanted."""
     if ref_dir is None or not isinstance(data, LazyArray) or data.steps:
         return None
     src = data.source
     rel = Path(os.path.relpath(Path(src.path).resolve(), Path(ref_dir).resolve())).as_posix()
+    if rel == ".." or rel.startswith("../") or os.path.isabs(rel):
+        return None  # loading refuses references out of the file's folder: the data itself goes in
     if isinstance(src, SafetensorsSource):
         return {"safetensors": rel, "key": src.key}
     if isinstance(src, NpySource):

@@ -92,6 +92,9 @@ class _Load:
     seen: set[Path] = attrs.field(factory=set)
     syntax_errors: bool = False
     groups: dict[str, str] = attrs.field(factory=dict)  # file → the folder it was loaded with (shares fragments)
+    # a pack's file → the pack's folder, which its path imports must stay in (a pack from elsewhere
+    # may not reach into the machine); a user's own files may import any .qpat file
+    roots: dict[Path, Path] = attrs.field(factory=dict)
 
     @property
     def pack_roots(self) -> dict[Path, str]:
@@ -107,17 +110,17 @@ class _Load:
         roots = self.pack_roots
         return next((roots[d] for d in f.parents if d in roots), "")
 
-    def path(self, p: Path, span: Span | None = None, direct: bool = False) -> None:
+    def path(self, p: Path, span: Span | None = None, direct: bool = False, root: Path | None = None) -> None:
         if p.resolve() in self.overlay:  # an editor's buffer or a string of rules: no file needed
-            self.file(p, direct)
+            self.file(p, direct, root)
         elif p.is_dir():
-            self.folder(p, span, direct)
+            self.folder(p, span, direct, root)
         elif p.is_file():
-            self.file(p, direct)
+            self.file(p, direct, root)
         else:
             self.diagnostics.append(error(f"no such rule file or folder: {p}", span=span, code="unknown-import"))
 
-    def folder(self, d: Path, span: Span | None = None, direct: bool = False) -> None:
+    def folder(self, d: Path, span: Span | None = None, direct: bool = False, root: Path | None = None) -> None:
         try:
             files = sorted(f for f in d.rglob("*.qpat") if f.is_file())
         except OSError as exc:
@@ -127,15 +130,17 @@ class _Load:
             self.diagnostics.append(warning(f"rule folder {d} holds no .qpat files", span=span, code="empty-folder"))
         for f in files:
             self.groups.setdefault(str(f), str(d))
-            self.file(f, direct)
+            self.file(f, direct, root)
 
-    def file(self, f: Path, direct: bool = False) -> None:
+    def file(self, f: Path, direct: bool = False, root: Path | None = None) -> None:
         key = f.resolve()
         if direct:
             self.direct.add(str(f))
         if key in self.seen:
             return
         self.seen.add(key)
+        if root is not None:
+            self.roots[key] = root
         text = self.overlay.get(key)
         if text is None:
             try:
@@ -175,12 +180,22 @@ class _Load:
     def import_(self, imp: ast.Import, importer: Path) -> None:
         if imp.is_path:
             target = importer.parent / imp.target
+            root = self.roots.get(importer.resolve())
+            if root is None and self.namespace_of(importer.resolve()):
+                root = self._pack_root(importer)
+            refused = _refused_import(target, root, self.overlay)
+            if refused is not None:
+                self.diagnostics.append(error(f"import \"{imp.target}\" refused: {refused}", span=self._at(imp),
+                                              hint=f"a pack's path imports stay inside its folder {root}"
+                                              if root is not None else "imports name .qpat files or folders",
+                                              code="unknown-import"))
+                return
             if not target.exists():
                 self.diagnostics.append(error(f"cannot find `{imp.target}`", span=self._at(imp),
                                               hint=f"imports are relative to the importing file; no {target}",
                                               code="unknown-import"))
                 return
-            self.path(target, imp.span)
+            self.path(target, imp.span, root=root)
             return
         pack = resolve_pack(imp.target, self.packs, self.packs_dir)
         if pack is None:
@@ -190,7 +205,31 @@ class _Load:
                                               f"packs are {', '.join(known)}" if known else None),
                                           code="unknown-import"))
             return
-        self.path(pack, imp.span)
+        self.path(pack, imp.span, root=self._pack_root(pack))
+
+    def _pack_root(self, pack: Path) -> Path:
+        """The folder of the installed pack `pack` (a pack folder, or one file of it) is in."""
+        p = pack.resolve()
+        return next((d for d in (p, *p.parents) if d in self.pack_roots), p if p.is_dir() else p.parent)
+
+
+def _refused_import(target: Path, root: Path | None, overlay: Mapping[Path, str]) -> str | None:
+    """Why a path import may not be followed, or None: it must stay inside `root` (a pack's folder)
+    and name a folder or a regular `.qpat` file (never another file, whose text a parse error
+    would show, nor a FIFO, whose read never ends)."""
+    import os
+
+    resolved = target.resolve()
+    if root is not None and os.path.commonpath([root, resolved]) != str(root):
+        return "it leads outside the pack's folder"
+    if resolved in overlay:
+        return None
+    if resolved.exists() and not resolved.is_dir():
+        if not resolved.is_file():
+            return "it is not a regular file"
+        if resolved.suffix != ".qpat":
+            return "imports name .qpat files or folders"
+    return None
 
 
 def pack_folder(path: str | Path, packs: Mapping[str, Path], packs_dir: Path | None = None) -> Path | None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from qlower._files import StreamFile
+from qlower._files import StreamFile, remove_stale_temporaries
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn import emit_bin, emit_cpp, emit_json
 from qlower.qnn.model import QnnGraph
@@ -109,7 +109,9 @@ def _save(graph: QnnGraph | QnnTable, outdir: Path, converter_command: str, copy
     child: _Child | None = None  # the process writing the .cpp, when there is one
     try:
         for name, _ in writers:
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=outdir)  # a name no one else has
+            remove_stale_temporaries(outdir, name)  # what a killed run left
+            # a name no one else has, with the pid that tells a later run whether its writer still runs
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=outdir)
             os.close(fd)
             temps.append((Path(tmp), outdir / name))
             files.append(StreamFile.create(tmp, direct=direct))

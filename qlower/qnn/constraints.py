@@ -278,6 +278,9 @@ def parse_constraints(data: Any, where: str) -> tuple[ConstraintSet | None, list
 
 def load_constraints(path: Path) -> tuple[ConstraintSet | None, list[Diagnostic]]:
     where = str(path)
+    if path.exists() and not path.is_file():  # (a FIFO would block the read forever)
+        return None, [error("cannot read constraints file: not a regular file", subject=where,
+                            code="constraints-file")]
     try:
         with path.open("rb") as fh:
             raw = fh.read(_MAX_BYTES + 1)
@@ -288,6 +291,10 @@ def load_constraints(path: Path) -> tuple[ConstraintSet | None, list[Diagnostic]
         return None, [error("constraints file is larger than 64 MiB", subject=where, code="constraints-file")]
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except UnicodeDecodeError as exc:
+        return None, [error(f"not valid JSON: not UTF-8 (byte {exc.start})", subject=where, code="constraints-file")]
+    except ValueError as exc:
         return None, [error(f"not valid JSON: {exc}", subject=where, code="constraints-file")]
+    except RecursionError:
+        return None, [error("not valid JSON: nested too deeply", subject=where, code="constraints-file")]
     return parse_constraints(data, where)

@@ -310,6 +310,8 @@ def _parse_file(path: Path) -> Element:
     """The root element of an OpDef file, parsed safely (no DTDs, bounded size)."""
     where = str(path)
     try:
+        if path.exists() and not path.is_file():  # (a FIFO would block the read forever)
+            raise _FileError(error("cannot read OpDef file: not a regular file", subject=where, code="opdef-file"))
         with path.open("rb") as fh:
             data = fh.read(_MAX_FILE_BYTES + 1)
     except OSError as exc:

@@ -12,6 +12,8 @@ meaning is unclear raises QlowerError naming the file and the tensor or node.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from qlower.qnn.model import (PACKAGE, OpConfig, Origin, Param, QnnGraph, QnnTen
 
 _NET_SUFFIX = "_net.json"
 _LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+_COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd", b"\x5d\x00\x00")  # gzip bz2 xz zstd lzma
 # Keys with a known meaning (qlower's and the converters'); anything else is tolerated with one note.
 _KNOWN = {
     "file": {"model.cpp", "model.bin", "converter_command", "copyright_str", "op_types", "Total parameters",
@@ -78,13 +81,19 @@ def read(net_json: Path, bin_path: Path | None = None, *, table: IrTypes | None 
     net_json = Path(net_json)
     ctx = _Ctx(net_json, table or shipped())
     try:
+        if not stat.S_ISREG(os.stat(net_json).st_mode):  # (a FIFO would block the read forever)
+            raise ctx.fail("cannot read: not a regular file")
         text = net_json.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ctx.fail(f"cannot read: {exc}") from None
+    except OSError as exc:
+        raise ctx.fail(f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ctx.fail(f"cannot read: not UTF-8 (byte {exc.start})") from None
     try:
         doc = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ctx.fail(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ctx.fail("JSON nested too deeply (a network JSON nests a few levels)") from None
     except _DuplicateKey as exc:
         raise ctx.fail(f"key '{exc.args[0]}' appears twice in one JSON object") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("graph"), dict):
@@ -198,7 +207,8 @@ class _Raws:
     """The `.bin` members by symbol. An absent, LFS-pointer or unreadable `.bin` is a `problem`, not an error."""
 
     def __init__(self, net_json: Path, doc: dict[str, Any], explicit: Path | None, ctx: _Ctx) -> None:
-        self.members: dict[str, bytes] = {}
+        self.members: dict[str, tuple[int, int]] = {}  # symbol -> (offset of its bytes in the tar, size)
+        self.path: Path | None = None
         self.problem = "no .bin was found next to the JSON"
         if explicit is not None:
             path: Path | None = Path(explicit)
@@ -215,26 +225,44 @@ class _Raws:
             self._read(path)
 
     def _read(self, path: Path) -> None:
+        """Note where each `.raw` member's bytes are; none is read until a tensor asks for it."""
         try:
             with path.open("rb") as f:
                 head = f.read(len(_LFS_POINTER))
             if head == _LFS_POINTER:
                 self.problem = f"{path.name} is a git-LFS pointer file, not the data"
                 return
-            with tarfile.open(path, mode="r:*") as tar:
+            if head.startswith(_COMPRESSED):
+                self.problem = (f"{path.name} is compressed; qlower reads the plain tar the QNN converter "
+                                "writes (decompress it first)")
+                return
+            with tarfile.open(path, mode="r:") as tar:  # plain tar only: headers are read, members skipped
                 for m in tar.getmembers():
                     base = m.name.replace("\\", "/").rsplit("/", 1)[-1]
-                    if m.isfile() and base.endswith(".raw"):
-                        f = tar.extractfile(m)
-                        self.members[base[: -len(".raw")]] = f.read() if f is not None else b""
-        except (tarfile.TarError, OSError, EOFError) as exc:
+                    if m.isfile() and not m.issparse() and base.endswith(".raw"):
+                        self.members[base[: -len(".raw")]] = (m.offset_data, m.size)
+        except (tarfile.TarError, OSError, EOFError, UnicodeError) as exc:
             self.members = {}
-            self.problem = f"{path.name} is not a readable tar: {exc}"
+            self.problem = f"{path.name} is not a readable tar: {type(exc).__name__}"
             return
+        self.path = path
         self.problem = f"{path.name} has no .raw member for it"
 
-    def get(self, cname: str) -> bytes | None:
-        return self.members.get(cname)
+    def size(self, cname: str) -> int | None:
+        """The byte count of the tensor's member, or None without one."""
+        m = self.members.get(cname)
+        return None if m is None else m[1]
+
+    def read(self, cname: str) -> bytes:
+        """The tensor's member's bytes (its size checked first by the caller, see `_data`)."""
+        offset, size = self.members[cname]
+        assert self.path is not None
+        with self.path.open("rb") as f:
+            f.seek(offset)
+            data = f.read(size)
+        if len(data) != size:
+            raise OSError(f"{self.path.name} is truncated inside member {cname}.raw")
+        return data
 
 
 def _datatype(value: Any, subject: str, ctx: _Ctx) -> DataType:
@@ -267,28 +295,34 @@ def _tensor(name: str, tdoc: Any, subject: str, raws: _Raws, cnames: dict[str, s
         raise ctx.fail(f"unsupported dataFormat {tdoc['dataFormat']!r} (only dense tensors)", subject)
     dims = tdoc.get("dims")
     if not isinstance(dims, list) or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in dims):
-        raise ctx.fail(f"`dims` must be a list of non-negative integers, got {dims!r}", subject)
+        raise ctx.fail(f"`dims` must be a list of non-negative integers, got {str(dims)[:200]}", subject)
+    if dims and (max(dims) > 0xFFFFFFFF or num_elements(dims) > 1 << 48):
+        raise ctx.fail(f"`dims` {dims} are beyond what QNN holds (uint32 dims, at most 2^48 elements)", subject)
     tid = tdoc.get("id")
     tid = tid if isinstance(tid, int) and not isinstance(tid, bool) else None
     enc = parse_quant_params(tdoc.get("quant_params"), dims, lambda m: ctx.fail(m, subject))
-    raw = raws.get(cnames[name]) if kind is TensorType.STATIC else None
-    data = _data(name, tdoc, kind, dt, dims, raw, subject, ctx)
+    data = _data(name, tdoc, kind, dt, dims, raws if kind is TensorType.STATIC else None, cnames[name], subject, ctx)
     return QnnTensor(name, kind, dt, tuple(dims), enc, data), tid
 
 
-def _data(name: str, tdoc: dict[str, Any], kind: TensorType, dt: DataType, dims: list[int], raw: bytes | None,
-          subject: str, ctx: _Ctx) -> np.ndarray | None:
-    if kind is not TensorType.STATIC:
+def _data(name: str, tdoc: dict[str, Any], kind: TensorType, dt: DataType, dims: list[int], raws: _Raws | None,
+          cname: str, subject: str, ctx: _Ctx) -> np.ndarray | None:
+    if kind is not TensorType.STATIC or raws is None:
         return None
     try:
         storage = to_numpy(dt)
     except ValueError:
         raise ctx.fail(f"static tensor of datatype {dt.qnn_name} cannot hold data", subject) from None
     count = num_elements(dims)
-    if raw is not None:
-        if len(raw) != count * storage.itemsize:
-            raise ctx.fail(f"static data has {len(raw)} bytes, dims {dims} of {dt.qnn_name} need "
+    have = raws.size(cname)
+    if have is not None:
+        if have != count * storage.itemsize:  # (checked before a byte is read)
+            raise ctx.fail(f"static data has {have} bytes, dims {dims} of {dt.qnn_name} need "
                            f"{count * storage.itemsize}", subject)
+        try:
+            raw = raws.read(cname)
+        except OSError as exc:
+            raise ctx.fail(f"cannot read its static data: {exc.strerror or exc}", subject) from None
         return np.frombuffer(raw, dtype=storage.newbyteorder("<")).astype(storage).reshape(dims)
     if "data" in tdoc:
         try:

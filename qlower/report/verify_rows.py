@@ -42,9 +42,15 @@ def load_verification(path: str | Path) -> list[dict[str, Any]]:
     """Rows from a JSON file; unreadable or malformed files are the user's error."""
     p = Path(path)
     try:
+        if not p.is_file():  # (a FIFO would block the read forever)
+            raise QlowerError(error(f"cannot read {p}: not a regular file", code="io"))
         doc = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise QlowerError(error(f"cannot read {p}: {exc.strerror or exc}", code="io")) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise QlowerError(error(f"{p}: not valid JSON: not UTF-8 (byte {exc.start})", code="verify-table")) from None
+    except json.JSONDecodeError as exc:
         raise QlowerError(error(f"{p}: not valid JSON: {exc}", code="verify-table")) from None
+    except RecursionError:
+        raise QlowerError(error(f"{p}: not valid JSON: nested too deeply", code="verify-table")) from None
     return rows_of(doc, str(p))

@@ -8,6 +8,11 @@ with the per-op analysis of `qlower.verify.debug`.
 
 from __future__ import annotations
 
+import math
+import os
+import stat
+import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,13 +57,45 @@ class Verification:
         return {**self.report.to_json(), "seed": self.seed}
 
 
-def read_inputs(path: str | Path) -> dict[str, np.ndarray]:
-    """Inputs from an .npz keyed by graph input name."""
+MAX_INPUT_BYTES = 1 << 30  # inputs read or made for a run, all together, unless the caller allows more
+
+
+def read_inputs(path: str | Path, max_bytes: int = MAX_INPUT_BYTES) -> dict[str, np.ndarray]:
+    """Inputs from an .npz keyed by graph input name.
+
+    Each member's header is checked before its data is read (a small deflated member may claim
+    any size), the total is held to `max_bytes`, and complex or object arrays are refused (the
+    graphs qlower runs compute on real numbers: the imaginary part would be dropped)."""
+    from qlower.graph.npz import _Npz
+
+    p = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise QlowerError(error(f"cannot read inputs {path}: {exc}", code="io")) from None
+        if not stat.S_ISREG(os.stat(p).st_mode):
+            raise QlowerError(error(f"cannot read inputs {path}: not a regular file", code="io"))
+        archive = _Npz.open(p)
+    except OSError as exc:
+        raise QlowerError(error(f"cannot read inputs {path}: {exc.strerror or exc}", code="io")) from None
+    except (zipfile.BadZipFile, ValueError, EOFError) as exc:
+        raise QlowerError(error(f"cannot read inputs {path}: not an .npz archive ({type(exc).__name__})",
+                                code="io")) from None
+    out: dict[str, np.ndarray] = {}
+    left = max_bytes
+    for key in archive.keys():
+        try:
+            arr = archive.get(key, left)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            raise QlowerError(error(f"cannot read input {key!r} from {path}: {str(exc)[:300]}", code="io",
+                                    hint=f"inputs are limited to {max_bytes} bytes in all (--max-input-bytes)")
+                              ) from None
+        if arr.dtype.kind in "cOV":
+            raise QlowerError(error(f"input {key!r} in {path} is {arr.dtype}: qlower runs real-valued graphs "
+                                    "(its imaginary part would be lost)", code="io"))
+        left -= arr.nbytes
+        if left < 0:
+            raise QlowerError(error(f"inputs in {path} hold more than {max_bytes} bytes", code="io",
+                                    hint="pass --max-input-bytes N to allow more"))
+        out[key] = np.array(arr)  # (a copy: the archive's mapping goes with it)
+    return out
 
 
 def example_inputs(graph: Graph, model_path: str | Path | None = None, seed: int = 0) -> dict[str, np.ndarray]:
@@ -67,16 +104,22 @@ def example_inputs(graph: Graph, model_path: str | Path | None = None, seed: int
     return found if found is not None else random_inputs(graph, seed)
 
 
-def inputs_next_to(model_path: str | Path) -> dict[str, np.ndarray] | None:
+def inputs_next_to(model_path: str | Path, max_bytes: int = MAX_INPUT_BYTES) -> dict[str, np.ndarray] | None:
     """The example inputs `<model>_inputs.npz` stored next to a model, if there are any."""
     p = Path(model_path)
     cand = p.with_name(p.stem + "_inputs.npz")
-    return read_inputs(cand) if cand.exists() else None
+    return read_inputs(cand, max_bytes) if cand.exists() else None
 
 
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+def random_inputs(graph: Graph, seed: int = 0, max_bytes: int = MAX_INPUT_BYTES) -> dict[str, np.ndarray]:
     """Seeded random inputs in stored form: standard normal floats, the full range of
-    quantized inputs, small non-negative integers (indices), random booleans."""
+    quantized inputs, small non-negative integers (indices), random booleans. Graph inputs
+    declaring more than `max_bytes` in all are refused before anything is allocated."""
+    need = sum(math.prod(v.shape or ()) * max(v.dtype.itemsize, 8) for v in graph.inputs)  # (made as 8-byte numbers)
+    if need > max_bytes:
+        raise QlowerError(error(f"the graph's inputs need {need} bytes of random values, more than {max_bytes}",
+                                code="input-size", hint="pass --max-input-bytes N to allow more, or give "
+                                "--inputs FILE.npz"))
     rng = np.random.default_rng(seed)
     out = {}
     for v in graph.inputs:

@@ -17,7 +17,7 @@ import qlower
 from qlower.diagnostics import QlowerError
 from qlower.graph import lazy
 from qlower.graph.io import load_graph, save_graph
-from qlower.graph.lazy import LazyArray
+from qlower.graph.lazy import LazyArray, NpySource
 
 
 def _mlp(tmp_path, layers: int = 6, width: int = 48, as_npz: bool = False):
@@ -82,12 +82,17 @@ def test_save_keeps_references_relative_to_the_new_file(tmp_path):
     path, arrays = _mlp(tmp_path)
     g = load_graph(path)
     (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b1.npy").write_bytes((tmp_path / "b1.npy").read_bytes())
+    b1 = g.value("b1")
+    b1.data = LazyArray(NpySource(tmp_path / "sub" / "b1.npy"), b1.dtype, b1.shape)
     save_graph(g, tmp_path / "sub" / "copy.json")
     doc = json.loads((tmp_path / "sub" / "copy.json").read_text())
-    assert doc["tensors"]["w1"]["data"] == {"safetensors": "../model-00002.safetensors", "key": "layers.1.weight"}
-    assert doc["tensors"]["b1"]["data"] == {"npy": "../b1.npy"}
+    assert doc["tensors"]["b1"]["data"] == {"npy": "b1.npy"}  # inside the new file's folder: relative to it
+    # outside it (loading refuses references that leave the file's folder): the data itself is written
+    assert type(doc["tensors"]["w1"]["data"]) is list
     g2 = load_graph(tmp_path / "sub" / "copy.json")
     np.testing.assert_array_equal(np.asarray(g2.value("w1").data), arrays["w1"])
+    np.testing.assert_array_equal(np.asarray(g2.value("b1").data), arrays["b1"])
 
 
 def _bin_members(path) -> dict[str, bytes]:
