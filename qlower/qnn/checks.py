@@ -84,6 +84,7 @@ class _Plan:
     row_params: frozenset[str]  # params some row constrains
     checks: tuple[Check, ...] = ()  # constraints-file checks other than static and default-only
     reads_data: bool = False  # some check reads the data of static inputs (ops with one are checked one by one)
+    check_configs: tuple[frozenset[str], ...] = ()  # per check: the configs its bullet is documented under
     bindings: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
     matches: dict[tuple, tuple[frozenset[str], tuple | None]] = attrs.field(factory=dict)
 
@@ -126,9 +127,22 @@ def _plan(registry: OpDefRegistry, opdef: OpDef, backend: str) -> _Plan:
     rows = tuple(_Row(config, tuple({**fixed, **entries}.items())) for config, entries in raw)
     params = {p.name: p for p in opdef.params}
     row_params = frozenset(n for r in rows for n, _ in r.checks if n in params)
+    # one bullet documented under several configs is one check that applies under any of them
+    merged: dict[tuple, int] = {}
+    configs: list[set[str]] = []
+    kept: list[Check] = []
+    for c in others:
+        key = (c.ref, c.kind, c.target, c.when, repr(sorted(c.fields.items(), key=lambda kv: kv[0])))
+        if c.ref and key in merged:
+            configs[merged[key]].add(c.config)
+            continue
+        merged[key] = len(kept)
+        kept.append(c)
+        configs.append({c.config})
+    others = kept
     reads_data = any("data(" in e.text for c in others for k in ("require", "if") if (e := c.get(k)) is not None)
     return _Plan(opdef, registry.supported(opdef.name, backend, opdef.package), params, param_dtypes, targets,
-                 rows, row_params, tuple(others), reads_data)
+                 rows, row_params, tuple(others), reads_data, tuple(frozenset(x) for x in configs))
 
 
 @functools.cache
@@ -479,11 +493,11 @@ class _OpCheck:
                 operation = pd.enum[int(value)]
         label = self.v.label
         env: cexpr.Env | None = None
-        for c in plan.checks:
-            if not _applies({c.config}, matched):
+        for c, configs in zip(plan.checks, plan.check_configs):
+            if not _applies(configs, matched):
                 continue
             cond = f" (documented for {c.when})" if str(c.when) else ""
-            cfg = "" if c.config == ALL_CONFIGS else f" {c.config}"
+            cfg = "" if ALL_CONFIGS in configs else f" {'/'.join(sorted(configs))}"
             if c.kind == "operation":
                 if operation is None or not c.when.holds(operation, None, None):
                     continue
