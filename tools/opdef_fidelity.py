@@ -95,7 +95,7 @@ class Fidelity:
     @functools.cached_property
     def contradictions(self) -> set[tuple[str, str, str]]:
         data = json.loads((SHIPPED_DIR / "contradictions.json").read_text(encoding="utf-8"))
-        return {(x["op"], x["backend"], ref) for x in data["contradictions"] for ref in x["refs"]}
+        return {(op, x["backend"], ref) for x in data["contradictions"] for op in x["op"].split() for ref in x["refs"]}
 
     def add(self, op: str, backend: str, kind: str, detail: str, explained: str | None = None) -> None:
         self.diffs.append(Difference(op, backend, kind, detail, explained))

@@ -619,6 +619,10 @@ class _OpCheck:
             return bool(e(env))
         except cexpr.Unknown:
             return None
+        except Exception as exc:  # noqa: BLE001 - a faulty expression must not hide the other findings
+            self.diags.append(warning(f"constraint `{e.text}` could not be evaluated ({type(exc).__name__}: {exc}); "
+                                      "not checked", subject=self.subject, code="constraint-internal"))
+            return None
 
     def _shown(self, e: cexpr.Expr, env: cexpr.Env, bound: Mapping[str, list[tuple[str, int, QnnTensor]]]) -> str:
         """The values an expression read, for the message."""
