@@ -226,6 +226,7 @@ class Expr:
     tree: ast.expression = attrs.field(eq=False, hash=False, repr=False)
     names: tuple[str, ...] = ()
     slots: tuple[str, ...] = ()  # the tensors and entries it reads, as written (in[0], out[1], in[1..4])
+    uses_n: bool = False  # whether it reads N = rank(in[0])
 
     def __call__(self, env: Env) -> Any:
         return _Eval(env).visit(self.tree.body)
@@ -273,7 +274,8 @@ def parse(text: str) -> Expr:
         if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str, bool)):
             raise ExprError(f"unsupported constant {node.value!r}")
     slots = tuple(dict.fromkeys(m.group(0) for m in _SLOT.finditer(text)))
-    return Expr(text, tree, tuple(dict.fromkeys(names)), tuple(dict.fromkeys([*slots, *entries])))
+    uses_n = any(isinstance(n, ast.Name) and n.id == "N" for n in ast.walk(tree))
+    return Expr(text, tree, tuple(dict.fromkeys(names)), tuple(dict.fromkeys([*slots, *entries])), uses_n)
 
 
 def _as_cmp(v: Any) -> Any:

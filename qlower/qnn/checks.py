@@ -624,20 +624,24 @@ class _OpCheck:
                                       "not checked", subject=self.subject, code="constraint-internal"))
             return None
 
-    def _shown(self, e: cexpr.Expr, env: cexpr.Env, bound: Mapping[str, list[tuple[str, int, QnnTensor]]]) -> str:
-        """The values an expression read, for the message."""
-        parts = []
-        for n in e.names:
-            if n in env.params:
-                parts.append(f"{n} = {_show(env.params[n])}")
-        for slot in e.slots:
-            kind, i = slot[:-1].split("[") if slot.startswith(("in[", "out[")) else ("", "")
-            seq = env.inputs if kind == "in" else env.outputs
-            if i.isdigit() and int(i) < len(seq) and seq[int(i)] is not None:
-                t = seq[int(i)]
-                parts.append(f"{slot} `{self.name(kind, int(i), t.name)}` {list(t.dims)} {t.datatype.name}")
-        if "N" in e.text.replace("N-", "N") and env.inputs and env.inputs[0] is not None and "in[0]" not in e.slots:
-            parts.append(f"N = {len(env.inputs[0].dims)}")
+    def _shown(self, exprs: Sequence[cexpr.Expr | None], env: cexpr.Env) -> str:
+        """The values the expressions read, for the message."""
+        parts: dict[str, None] = {}
+        for e in (x for x in exprs if x is not None):
+            for n in e.names:
+                if n in env.params:
+                    parts[f"{n} = {_show(env.params[n])}"] = None
+            for slot in e.slots:
+                kind, _, i = slot[:-1].partition("[")
+                seq = env.inputs if kind == "in" else env.outputs
+                if i.isdigit() and int(i) < len(seq) and seq[int(i)] is not None:
+                    t = seq[int(i)]
+                    values = f" = {_show(t.data)}" if t.data is not None and t.data.size <= 8 else ""
+                    parts[f"{slot} `{self.name(kind, int(i), t.name)}` {list(t.dims)} {t.datatype.name}{values}"] = None
+                elif ".." in i:
+                    parts[f"{len(env.entries.get(slot, ()))} tensors for {slot}"] = None
+            if e.uses_n and env.inputs and env.inputs[0] is not None:
+                parts[f"N = {len(env.inputs[0].dims)}"] = None
         return "; got " + ", ".join(parts) if parts else ""
 
     def _expr(self, plan: _Plan, c: Check, env: cexpr.Env, bound: Mapping[str, list[tuple[str, int, QnnTensor]]],
@@ -651,7 +655,7 @@ class _OpCheck:
             where = "QNN" if c.get("_master") else self.v.label
             cond_if = f" when {c.get('if').text}" if c.get("if") is not None else ""
             self.err("constraint", f"{plan.opdef.name} on {where}{cfg} requires {c.get('says')} "
-                                   f"({req.text}{cond_if}){cond}{self._shown(req, env, bound)}")
+                                   f"({req.text}{cond_if}){cond}{self._shown((req, c.get('if')), env)}")
 
     def _encoding(self, plan: _Plan, c: Check, env: cexpr.Env, bound: Mapping[str, list[tuple[str, int, QnnTensor]]],
                   operation: str | None, cfg: str, cond: str) -> None:

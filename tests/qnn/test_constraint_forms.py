@@ -160,6 +160,20 @@ def reshape_spec(spec: list[int]) -> tuple:
     return ("Reshape", [T(F32, (2, 3, 4)), s], [T(F32, (6, 4))])
 
 
+def ewb(operation: int, dt: D) -> tuple:
+    return ("ElementWiseBinary", [T(dt, (2, 3)), T(dt, (2, 3))], [T(dt, (2, 3))],
+            [ScalarParam("operation", D.UINT_32, operation)])
+
+
+def resize(mode: int) -> tuple:
+    return ("Resize", [T(F32, (1, 4, 4, 3))], [T(F32, (1, 8, 8, 3))],
+            [ScalarParam("interpolation_mode", D.UINT_32, mode), ScalarParam("cubic_coeff", F32, -0.5)])
+
+
+def cast_u32(value: int) -> tuple:
+    return ("Cast", [T(D.UINT_32, (2,), None, np.array([1, value], np.uint32))], [T(D.INT_32, (2,))])
+
+
 # (probe id, backend, bad probe, valid twin, a phrase of the refusal)
 PROBES = [
     ("layernorm-middle-axis", "htp", layernorm([1]), layernorm([3]), "last axis"),
@@ -185,6 +199,11 @@ PROBES = [
      "BW_SCALE_OFFSET"),
     ("space-to-depth-height", "cpu", space_to_depth(5), space_to_depth(4), "height divisible"),
     ("reshape-spec-below-minus-one", "cpu", reshape_spec([6, -2]), reshape_spec([6, -1]), ">= -1"),
+    ("reshape-spec-count", "cpu", reshape_spec([5, -1]), reshape_spec([3, -1]), "element count"),
+    ("ewb-logical-on-float", "gpu", ewb(1, F32), ewb(1, D.BOOL_8), "logical operation"),
+    ("ewb-numerical-on-bool", "gpu", ewb(0, D.BOOL_8), ewb(0, F16), "numerical operation"),
+    ("resize-cubic-coeff-needs-cubic", "cpu", resize(0), resize(2), "CUBIC"),
+    ("cast-u32-above-int32-max", "htp", cast_u32(2 ** 31), cast_u32(2 ** 31 - 1), "INT32_MAX"),
 ]
 
 
