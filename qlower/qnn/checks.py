@@ -611,6 +611,13 @@ class _OpCheck:
         dtypes = {p.name: (p.datatype if isinstance(p, ScalarParam) else p.tensor.datatype).name for p in self.op.params}
         return cexpr.Env(ins, outs, values, frozenset(given), {k: tuple(v) for k, v in entries.items()}, dtypes)
 
+    def _report(self, c: Check, code: str, message: str) -> None:
+        """An error, or a warning for bullets the documentation words as what the backend expects."""
+        if c.get("severity") == "warning":
+            self.diags.append(warning(message, subject=self.subject, code=code))
+        else:
+            self.err(code, message)
+
     def _expr_holds(self, e: cexpr.Expr | None, env: cexpr.Env) -> bool | None:
         """Whether a condition holds; None when the graph lacks a value it needs (the check does not apply)."""
         if e is None:
@@ -654,7 +661,7 @@ class _OpCheck:
         if self._expr_holds(req, env) is False:
             where = "QNN" if c.get("_master") else self.v.label
             cond_if = f" when {c.get('if').text}" if c.get("if") is not None else ""
-            self.err("constraint", f"{plan.opdef.name} on {where}{cfg} requires {c.get('says')} "
+            self._report(c, "constraint", f"{plan.opdef.name} on {where}{cfg} requires {c.get('says')} "
                                    f"({req.text}{cond_if}){cond}{self._shown((req, c.get('if')), env)}")
 
     def _encoding(self, plan: _Plan, c: Check, env: cexpr.Env, bound: Mapping[str, list[tuple[str, int, QnnTensor]]],
@@ -703,7 +710,7 @@ class _OpCheck:
                                         f"`{self.name(okind, oi, o.name)}`; {op} requires the same quantization "
                                         f"encoding")
             for text in problems:
-                self.err("encoding", f"{where} {text}{tail}")
+                self._report(c, "encoding", f"{where} {text}{tail}")
 
     # ------------------------------------------------------------ shapes
 

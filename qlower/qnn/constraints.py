@@ -39,10 +39,10 @@ KINDS = {
     "same_rank": (("as",), ()),
     "same_shape": (("as",), ()),
     # a relation over the op's tensors and params (qlower.qnn.cexpr), under an optional condition
-    "expr": (("require", "says"), ("if",)),
+    "expr": (("require", "says"), ("if", "severity")),
     # a quantization-encoding requirement on one tensor
     "encoding": ((), ("kinds", "forbidden_kinds", "symmetric", "signed", "offset", "scale", "axis", "same_as",
-                      "defined", "if")),
+                      "defined", "if", "severity")),
 }
 _NEEDS_TARGET = set(KINDS) - {"operation", "expr"}
 ENCODING_KINDS = tuple(k.name for k in EncodingKind if k != EncodingKind.UNDEFINED)
@@ -231,6 +231,8 @@ class _Checker:
                 except cexpr.ExprError as exc:
                     self.fail(f"{path}.{key}", str(exc))
                     fields.pop(key)
+        if fields.get("severity", "error") not in ("error", "warning"):
+            self.fail(f"{path}.severity", f"expected \"error\" or \"warning\", got {fields['severity']!r}")
         if kind == "expr" and "says" in fields:
             self.string(fields["says"], f"{path}.says")
         if kind == "encoding":

@@ -54,8 +54,10 @@ def build(type_: str, ins: list[dict | None], outs: list[dict], params: list = (
     return op, g
 
 
-def refusals(op: OpConfig, g: QnnGraph, reg: OpDefRegistry, backend: str) -> list:
-    return [d for d in validate_op(op, g, reg, backend) if d.severity.name == "ERROR"
+def refusals(op: OpConfig, g: QnnGraph, reg: OpDefRegistry, backend: str, warnings: bool = False) -> list:
+    """The constraint and encoding findings: errors (and with `warnings`, the bullets worded as expectations)."""
+    keep = ("ERROR", "WARNING") if warnings else ("ERROR",)
+    return [d for d in validate_op(op, g, reg, backend) if d.severity.name in keep
             and d.code in ("constraint", "encoding")]
 
 
@@ -174,6 +176,12 @@ def cast_u32(value: int) -> tuple:
     return ("Cast", [T(D.UINT_32, (2,), None, np.array([1, value], np.uint32))], [T(D.INT_32, (2,))])
 
 
+def matmul16(static: bool, offset: int) -> tuple:
+    a = T(U16, (1, 4, 8), enc(0.001, -30000))
+    b = T(U16, (8, 6), enc(0.001, offset), np.zeros((8, 6), np.uint16) if static else None)
+    return ("MatMul", [a, b], [T(U16, (1, 4, 6), enc(0.01, -30000))])
+
+
 # (probe id, backend, bad probe, valid twin, a phrase of the refusal)
 PROBES = [
     ("layernorm-middle-axis", "htp", layernorm([1]), layernorm([3]), "last axis"),
@@ -203,6 +211,8 @@ PROBES = [
     ("ewb-logical-on-float", "gpu", ewb(1, F32), ewb(1, D.BOOL_8), "logical operation"),
     ("ewb-numerical-on-bool", "gpu", ewb(0, D.BOOL_8), ewb(0, F16), "numerical operation"),
     ("resize-cubic-coeff-needs-cubic", "cpu", resize(0), resize(2), "CUBIC"),
+    ("matmul-16bit-static-weight-asymmetric", "htp", matmul16(True, -30000), matmul16(True, -32768), "symmetric"),
+    ("matmul-16bit-activation-asymmetric-is-fine", "htp", matmul16(True, -1), matmul16(False, -30000), "symmetric"),
     ("cast-u32-above-int32-max", "htp", cast_u32(2 ** 31), cast_u32(2 ** 31 - 1), "INT32_MAX"),
 ]
 
@@ -211,12 +221,14 @@ PROBES = [
 def test_probe_pair(registry: OpDefRegistry, probe_id: str, backend: str, bad: tuple, good: tuple,
                     phrase: str) -> None:
     op, g = build(*bad)
-    found = refusals(op, g, registry, backend)
+    expectation = probe_id.startswith(("sigmoid-", "tanh-"))  # "scale is expected to be": warned, not refused
+    found = refusals(op, g, registry, backend, warnings=expectation)
     assert found, f"{probe_id}: the breaking probe passed"
+    assert all(d.severity.name == ("WARNING" if expectation else "ERROR") for d in found)
     assert all(d.subject.startswith("node probe_node") for d in found)
     assert any(phrase in d.message for d in found), [d.message for d in found]
     op, g = build(*good)
-    assert refusals(op, g, registry, backend) == [], f"{probe_id}: the valid twin was refused"
+    assert refusals(op, g, registry, backend, warnings=True) == [], f"{probe_id}: the valid twin was refused"
 
 
 def test_encoding_message_names_node_tensor_and_requirement(registry: OpDefRegistry) -> None:
