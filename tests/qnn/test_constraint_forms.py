@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qlower.qnn import cexpr
@@ -20,6 +20,7 @@ from qlower.qnn.model import (
 )
 from qlower.qnn.opdef import SHIPPED_DIR, OpDefRegistry
 from qlower.qnn.validate import validate_graph, validate_op
+from tests.qnn.op_draws import op_case
 
 CONSTRAINTS = SHIPPED_DIR / "constraints.json"
 
@@ -347,9 +348,6 @@ def test_shapes_concatenate_and_slice() -> None:
 
 # ---------------------------------------------------------------- every shipped expression, on drawn instances
 
-from hypothesis import HealthCheck  # noqa: E402
-
-from op_draws import op_case  # noqa: E402
 
 _NP_TO_QNN = {"float32": D.FLOAT_32, "float16": D.FLOAT_16, "int32": D.INT_32, "int64": D.INT_64, "uint32": D.UINT_32,
               "uint8": D.UINT_8, "int8": D.INT_8, "bool": D.BOOL_8, "int16": D.INT_16, "uint16": D.UINT_16}
