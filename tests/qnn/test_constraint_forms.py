@@ -211,7 +211,6 @@ PROBES = [
     ("reshape-spec-count", "cpu", reshape_spec([5, -1]), reshape_spec([3, -1]), "element count"),
     ("ewb-logical-on-float", "gpu", ewb(1, F32), ewb(1, D.BOOL_8), "logical operation"),
     ("ewb-numerical-on-bool", "gpu", ewb(0, D.BOOL_8), ewb(0, F16), "numerical operation"),
-    ("resize-cubic-coeff-needs-cubic", "cpu", resize(0), resize(2), "CUBIC"),
     ("matmul-16bit-static-weight-asymmetric", "htp", matmul16(True, -30000), matmul16(True, -32768), "symmetric"),
     ("matmul-16bit-activation-asymmetric-is-fine", "htp", matmul16(True, -1), matmul16(False, -30000), "symmetric"),
     ("cast-u32-above-int32-max", "htp", cast_u32(2 ** 31), cast_u32(2 ** 31 - 1), "INT32_MAX"),
