@@ -13,7 +13,7 @@ from qlower.diagnostics import QlowerError, error
 from qlower.frontends.onnx_qdq import QdqResult, fold_qdq
 from qlower.reference.onnx_types import graph_dtype, narrow_ints, onnx_to_numpy
 from qlower.graph.core import Graph, Value
-from qlower.graph.lazy import LazyArray, RawSource
+from qlower.graph.lazy import LazyArray, RawSource, widen_bf16
 from qlower.reference.onnx_kernels import EVAL_OPSET, PARAM_INPUTS
 
 # Legacy spellings renamed to the current attribute names (op, old) → new.
@@ -55,7 +55,10 @@ def _initializer(t: Any, base_dir: Path | None) -> np.ndarray | LazyArray:
     from onnx import TensorProto, numpy_helper
 
     if t.data_location != TensorProto.EXTERNAL:
-        return numpy_helper.to_array(t)
+        arr = numpy_helper.to_array(t)
+        # bfloat16 weights are imported as float32: exact (bfloat16 is float32's upper half), and QNN's
+        # float path and qlower's quantizer both start from float32
+        return arr.astype(np.float32) if t.data_type == TensorProto.BFLOAT16 else arr
     info = {e.key: e.value for e in t.external_data}
     subject = f"tensor {t.name}"
     if base_dir is None or "location" not in info:
@@ -67,6 +70,9 @@ def _initializer(t: Any, base_dir: Path | None) -> np.ndarray | LazyArray:
         raise _fail(f"initializer {t.name} has ONNX element type {t.data_type}, which qlower does not import",
                     subject=subject)
     shape = tuple(int(d) for d in t.dims)
+    bf16 = t.data_type == TensorProto.BFLOAT16
+    if bf16:
+        dtype = np.dtype(np.uint16)  # the raw bits, widened to float32 when read
     size = math.prod(shape) * dtype.itemsize
     offset = int(info.get("offset", 0))
     try:
@@ -77,7 +83,8 @@ def _initializer(t: Any, base_dir: Path | None) -> np.ndarray | LazyArray:
     if offset + size > have or ("length" in info and int(info["length"]) < size):
         raise _fail(f"initializer {t.name}: external data file {path} is too short ({have} bytes; needs "
                     f"{size} at offset {offset})", subject=subject)
-    return LazyArray(RawSource(path, offset, dtype, shape), dtype, shape)
+    lazy = LazyArray(RawSource(path, offset, dtype, shape), dtype, shape)
+    return lazy.map(widen_bf16, np.float32) if bf16 else lazy
 
 
 def _constant_value(node: Any) -> np.ndarray:
