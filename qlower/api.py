@@ -312,19 +312,23 @@ def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[st
     return result.verification
 
 
-def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mapping[str, Sequence[int]] | None = None
-               ) -> Graph:
-    """Import a model file with the named (or, for `auto`, the suffix's) frontend.
+def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mapping[str, Sequence[int]] | None = None,
+               **options: Any) -> Graph:
+    """Import a model file (or a Hugging Face checkpoint folder) with the named (or, for `auto`, the
+    suffix's) frontend.
 
-    `input_shapes` (name → dims) goes to frontends that take it (`Frontend.options`).
+    `input_shapes` (name → dims) and other keyword `options` (the checkpoint frontend's `chunk` and
+    `context`) go to frontends that take them (`Frontend.options`); None means the default.
     """
     chosen = choose_frontend(path, frontend)
-    if input_shapes:
-        if "input_shapes" not in chosen.options:
-            raise QlowerError(error(f"the {chosen.name} frontend takes no input shapes (--input-shape)",
-                                    hint="its models have static shapes already", code="usage"))
-        return chosen.load(Path(path), input_shapes=input_shapes)
-    return chosen.load(Path(path))
+    given = {k: v for k, v in {"input_shapes": input_shapes or None, **options}.items() if v is not None}
+    for key in given:
+        if key not in chosen.options:
+            what = "input shapes (--input-shape)" if key == "input_shapes" else f"option {key}"
+            raise QlowerError(error(f"the {chosen.name} frontend takes no {what}",
+                                    hint="its models have static shapes already" if key == "input_shapes" else
+                                    f"it takes: {', '.join(sorted(chosen.options)) or 'no options'}", code="usage"))
+    return chosen.load(Path(path), **given)
 
 
 def choose_frontend(path: str | Path, frontend: str = "auto"):
@@ -336,7 +340,7 @@ def choose_frontend(path: str | Path, frontend: str = "auto"):
         raise QlowerError(error(f"no such file: {path}", code="io"))
     frontends = installed().frontends
     if frontend == "auto":
-        suffix = "".join(p.suffixes[-1:]).lower()
+        suffix = "/" if p.is_dir() else "".join(p.suffixes[-1:]).lower()  # a folder: a checkpoint
         chosen = next((f for f in frontends.values() if suffix in f.suffixes), None)
         if chosen is None:
             raise QlowerError(error(f"no frontend reads {suffix or 'files without a suffix'}",

@@ -118,17 +118,22 @@ def fmt(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- lower
-def load_model(path: str, frontend: str = "auto", *, input_shapes=None):
-    """Import a model file with the named (or, for `auto`, the suffix's) frontend."""
+def load_model(path: str, frontend: str = "auto", *, input_shapes=None, **options):
+    """Import a model file (or checkpoint folder) with the named (or, for `auto`, the suffix's) frontend."""
     from qlower.api import load_model as _load
 
-    return _load(path, frontend, input_shapes=input_shapes)
+    return _load(path, frontend, input_shapes=input_shapes, **options)
 
 
 def choose_frontend(path: str, frontend: str = "auto"):
     from qlower.api import choose_frontend as _choose
 
     return _choose(path, frontend)
+
+
+def checkpoint_options(args: argparse.Namespace) -> dict:
+    """--chunk-size and --context-length, for the frontends that take them (checkpoint folders)."""
+    return {"chunk": getattr(args, "chunk_size", None), "context": getattr(args, "context_length", None)}
 
 
 def dialect_of(graph) -> str | None:
@@ -175,7 +180,7 @@ def lower(args: argparse.Namespace) -> int:
               "static)", file=sys.stderr)
         return 2
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend, input_shapes=shapes)
+    graph = load_model(args.model, args.frontend, input_shapes=shapes, **checkpoint_options(args))
     # The loaded graph lives until the process ends: keep the cyclic collector from
     # rescanning its millions of objects in every later phase (seconds each on big models),
     # loading the rules included.
@@ -309,7 +314,7 @@ def debug(args: argparse.Namespace) -> int:
     from qlower.api import lower as lower_graph
 
     _progress(args, f"loading {args.model}")
-    graph = load_model(args.model, args.frontend)
+    graph = load_model(args.model, args.frontend, **checkpoint_options(args))
     rules = rules_for(args, graph)
     source = _snapshot(graph)
     result = lower_graph(graph, rules, args.backend, float16=False if args.no_float16 else None)

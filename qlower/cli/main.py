@@ -75,6 +75,19 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, tuple(int(p) for p in parts)
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def checkpoint_options(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--chunk-size", type=_positive, default=None, metavar="N",
+                   help="checkpoint folders: tokens per prefill chunk (default 32)")
+    s.add_argument("--context-length", type=_positive, default=None, metavar="N",
+                   help="checkpoint folders: KV cache positions including the chunk (default 1024)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qlower", description="Declarative lowering of model graphs to Qualcomm QNN.")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
@@ -96,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("lower", help="lower a model graph to QNN and write the artifacts")
     s.add_argument("model")
-    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch or a plugin frontend")
+    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch, hf (a checkpoint folder) or a "
+                   "plugin frontend")
     s.add_argument("--rules", action="append", default=[], help="rule file or folder (default: the shipped "
                    "pack for the graph's dialect)")
     s.add_argument("--backend", default="htp", choices=BACKENDS)
@@ -122,12 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     _verify_options(s)
     s.add_argument("--input-shape", action="append", default=[], type=input_shape, metavar="NAME=D0,D1,...",
                    help="fix a graph input's shape (symbolic dims); repeat for more inputs")
+    checkpoint_options(s)
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=commands.lower)
 
     s = sub.add_parser("debug", help="per-op accuracy analysis: find the source op whose lowering is wrong")
     s.add_argument("model")
-    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch or a plugin frontend")
+    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch, hf (a checkpoint folder) or a "
+                   "plugin frontend")
     s.add_argument("--rules", action="append", default=[], help="rule file or folder (default: the shipped "
                    "pack for the graph's dialect)")
     s.add_argument("--backend", default="htp", choices=BACKENDS)
@@ -135,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-float16", action="store_true", help="keep float32 on HTP")
     s.add_argument("--json", default=None, metavar="FILE", help="write the per-op table as JSON (qlower-debug/1)")
     _verify_options(s)
+    checkpoint_options(s)
     s.set_defaults(func=commands.debug)
 
     s = sub.add_parser("run", help="run a QNN graph (_net.json + .bin) on inputs with the reference kernels")

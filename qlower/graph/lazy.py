@@ -222,6 +222,15 @@ class LazyArray(NDArrayOperatorsMixin):
                 arr = _convert(arr, kind, arg)
         return arr
 
+    def rows(self, i: int, j: int) -> np.ndarray:
+        """Rows i:j along axis 0, reading only those from the source when no reshape was recorded."""
+        if self.shape != self.origin or not self.shape:
+            return self.read()[i:j]
+        part = self.source.rows(i, min(j, self.shape[0]))
+        for kind, arg in self.steps:
+            part = _convert(part, kind, arg)
+        return part
+
     def chunks(self, max_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         """The data in C order as consecutive flat pieces of about `max_bytes` (row slices of the
         source, converted one at a time)."""
