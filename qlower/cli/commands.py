@@ -489,3 +489,55 @@ def lsp(args: argparse.Namespace) -> int:
         raise QlowerError(error(f"the language server needs pygls: {exc}", hint="pip install 'qlower[lsp]'",
                                 code="missing-extra")) from None
     return serve_stdio()
+
+
+def quantize(args: argparse.Namespace) -> int:
+    """`qlower quantize MODEL --calibration DATA -o Q.json`: calibrate and quantize a float model."""
+    from qlower.quantize import Overrides, QuantOptions, quantize as run_quantize
+    from qlower.quantize.data import CalibrationData, first_inputs
+
+    out = Path(args.output)
+    if out.suffix != ".json":
+        print(f"qlower: error: -o {args.output}: the quantized graph is a .json file", file=sys.stderr)
+        return 2
+    if args.block_size is not None and args.weights_bitwidth != 4:
+        print("qlower: error: --block-size (LPBQ) needs --weights-bitwidth 4", file=sys.stderr)
+        return 2
+    overrides = Overrides()
+    if getattr(args, "quantization_overrides", None):
+        from qlower.quantize.overrides import read_overrides
+
+        overrides = read_overrides(Path(args.quantization_overrides))
+    opts = QuantOptions(act_bitwidth=args.act_bitwidth, weights_bitwidth=args.weights_bitwidth,
+                        bias_bitwidth=args.bias_bitwidth, block_size=args.block_size,
+                        kv_bitwidth=None if args.kv_bitwidth == 0 else args.kv_bitwidth,
+                        calibration_method=args.calibration_method, percentile=args.percentile_calibration_value,
+                        act_symmetric=args.act_quantizer_schema == "symmetric",
+                        per_channel=not args.no_per_channel, overrides=overrides)
+    t0 = time.perf_counter()
+    _progress(args, f"loading {args.model}")
+    graph = load_model(args.model, args.frontend, **checkpoint_options(args))
+    llm = None
+    from qlower.frontends.hf_checkpoint import checkpoint_config, is_checkpoint
+
+    if is_checkpoint(args.model):
+        llm = checkpoint_config(args.model, **{k: v for k, v in checkpoint_options(args).items() if v is not None})
+    data = CalibrationData(args.calibration, llm)
+    q = run_quantize(graph, data, opts, out=out, progress=lambda text: _progress(args, text))
+    inputs = out.with_name(f"{out.stem}_inputs.npz")
+    first_inputs(q, CalibrationData(args.calibration, llm), inputs)
+    written = [out, inputs]
+    if getattr(args, "export_encodings", None):
+        from qlower.quantize.overrides import export_encodings
+
+        export_encodings(q, Path(args.export_encodings))
+        written.append(Path(args.export_encodings))
+    if not args.quiet:
+        n = sum(1 for v in q.values if v.quant is not None)
+        print(f"{args.model}: quantized {n} tensors (w{opts.weights_bitwidth}a{opts.act_bitwidth}"
+              f"{f', LPBQ blocks of {opts.block_size}' if opts.block_size else ''}"
+              f"{f', KV cache uint{opts.kv_bitwidth}' if opts.kv_bitwidth else ''}, {opts.calibration_method}) "
+              f"in {time.perf_counter() - t0:.1f} s")
+        for p in written:
+            print(f"  wrote {p}")
+    return 0

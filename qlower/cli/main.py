@@ -140,6 +140,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=commands.lower)
 
+    s = sub.add_parser("quantize", help="calibrate a float model and write it quantized (qlower-graph/1)")
+    s.add_argument("model", help="a model file or a Hugging Face checkpoint folder")
+    s.add_argument("--calibration", required=True, metavar="DATA",
+                   help=".npz file or folder of them, keyed by input name (a checkpoint: input_ids alone "
+                   "are prefilled chunk by chunk)")
+    s.add_argument("-o", "--output", required=True, metavar="Q.json")
+    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch, hf or a plugin frontend")
+    s.add_argument("--act-bitwidth", type=int, choices=(8, 16), default=16)
+    s.add_argument("--weights-bitwidth", type=int, choices=(4, 8), default=8)
+    s.add_argument("--bias-bitwidth", type=int, choices=(32,), default=32)
+    s.add_argument("--block-size", type=_positive, default=None, metavar="N",
+                   help="LPBQ: 4-bit weights with a scale per block of N input elements")
+    s.add_argument("--kv-bitwidth", type=int, choices=(0, 8, 16), default=8,
+                   help="the KV cache (past_*/present_*): uint8 symmetric, zero point 128; 0: as activations")
+    s.add_argument("--calibration-method", choices=("minmax", "percentile", "mse"), default="minmax",
+                   help="activation ranges: min-max, a percentile, or the least-squared-error (SQNR) range")
+    s.add_argument("--percentile-calibration-value", type=float, default=99.99, metavar="P")
+    s.add_argument("--act-quantizer-schema", choices=("asymmetric", "symmetric"), default="asymmetric")
+    s.add_argument("--no-per-channel", action="store_true", help="weights per tensor, not per output channel")
+    checkpoint_options(s)
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=commands.quantize)
+
     s = sub.add_parser("debug", help="per-op accuracy analysis: find the source op whose lowering is wrong")
     s.add_argument("model")
     s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch, hf (a checkpoint folder) or a "

@@ -21,8 +21,13 @@ from qlower.quantize.shards import ShardWriter
 __all__ = ["METHODS", "Overrides", "QuantOptions", "calibrate", "quantize", "quantize_graph", "source_kernels"]
 
 
-def source_kernels() -> Mapping[str, Mapping[str, Any]]:
-    """Every installed dialect's reference kernels (qlower's and the plugins')."""
+def source_kernels(graph: Graph | None = None) -> Mapping[str, Mapping[str, Any]]:
+    """The reference kernels of `graph`'s dialects (every installed dialect's: qlower's and the
+    plugins'); an mllm graph needs only qlower's own, without enumerating the others."""
+    if graph is not None and {op.type.partition(".")[0] for op in graph.ops} <= {"mllm"}:
+        from qlower.reference.mllm import MLLM_KERNELS
+
+        return {"mllm": MLLM_KERNELS}
     from qlower.plugins import installed
 
     return installed().kernels
@@ -40,16 +45,23 @@ def quantize(graph: Graph, feeds: Iterable[Mapping[str, np.ndarray]], options: Q
 
     opts = options or QuantOptions()
     say = progress or (lambda text: None)
+    out = Path(out) if out is not None else None
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    # Weights first, streamed out as they are made; then the activations are calibrated on the graph
+    # with those weights (as AIMET's QuantSim computes encodings with its parameter quantizers on):
+    # 4-bit weights move the activations, and ranges from the float weights would clip them.
+    say("quantizing weights")
+    if out is None:
+        wq = quantize_graph(graph, {}, opts, activations=False)
+    else:
+        with ShardWriter(out.parent, out.stem) as shards:
+            wq = quantize_graph(graph, {}, opts, sink=shards.add, name=out.stem, activations=False)
     say("calibrating")
-    seen = calibrate(graph, feeds, kernels if kernels is not None else source_kernels(),
+    seen = calibrate(wq, feeds, kernels if kernels is not None else source_kernels(graph),
                      histogram=opts.calibration_method != "minmax",
                      progress=lambda n: say(f"calibrated on input set {n}"))
-    if out is None:
-        return quantize_graph(graph, seen, opts)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with ShardWriter(out.parent, out.stem) as shards:
-        say("quantizing weights")
-        q = quantize_graph(graph, seen, opts, sink=shards.add, name=out.stem)
-    save_graph(q, out, quant_refs=1024)
+    q = quantize_graph(wq, seen, opts, name=out.stem if out is not None else None)
+    if out is not None:
+        save_graph(q, out, quant_refs=1024)
     return q

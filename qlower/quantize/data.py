@@ -77,3 +77,18 @@ class _Named(dict):
     def __init__(self, arrays: Mapping[str, np.ndarray], file: Path) -> None:
         super().__init__(arrays)
         self.file = file
+
+
+def first_inputs(graph: Any, data: CalibrationData, path: Path) -> None:
+    """The first calibration input set in the quantized graph's stored form, written where
+    `qlower lower --verify` looks for inputs (`<model>_inputs.npz`)."""
+    from qlower.graph.quantize import quantize_real
+
+    feed = next(iter(data))
+    arrays = {}
+    for v in graph.inputs:
+        x = np.asarray(feed[v.name])
+        arrays[v.name] = quantize_real(x, v.quant, v.dtype) if v.quant is not None else x.astype(v.dtype)
+    tmp = path.with_suffix(".part.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)

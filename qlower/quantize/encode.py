@@ -6,6 +6,7 @@ the float temporaries stay small whatever the tensor's size; only the stored int
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 
 from qlower.graph.lazy import LazyArray
@@ -81,7 +82,9 @@ def weight_encoding(w: np.ndarray, bits: int, out_axis: int, in_axis: int, *, pe
     out_axis %= w.ndim
     in_axis %= w.ndim
     top = (1 << (bits - 1)) - 1  # 127 or 7: the symmetric range
-    if block is not None and w.ndim == 2:
+    if block is not None and (w.ndim != 2 or w.shape[in_axis] % block or w.shape[in_axis] <= block):
+        block = None  # QNN's blocks are whole: a dimension they do not divide stays per channel
+    if block is not None:
         amax = _amax(w, out_axis, in_axis, block) / top  # the scale each block wants
         channel = amax.max(axis=1) / 15.0
         channel[channel == 0] = 1.0
@@ -100,16 +103,16 @@ def weight_encoding(w: np.ndarray, bits: int, out_axis: int, in_axis: int, *, pe
 
 
 def _quantize_rows(w: np.ndarray, q: Quant, dtype: np.dtype) -> np.ndarray:
-    """quantize_real, reading the weight a slice of rows at a time (an encoding along axis 0 is sliced
-    with it)."""
-    if w.ndim == 0 or (q.axis == 0 and q.block_size is not None) or q.axis not in (None, 0) or w.ndim == 1:
+    """quantize_real, reading the weight a slice of rows at a time (an encoding along axis 0, per
+    channel or in blocks, is sliced with it)."""
+    if w.ndim < 2 or q.axis not in (None, 0):
         return quantize_real(np.asarray(w, np.float32), q, dtype)
+    per_row = len(q.scale) // w.shape[0] if q.axis == 0 else 0  # entries per channel: 1, or its blocks
     out = np.empty(w.shape, dtype)
     for i, j in _row_slices(w.shape):
-        part = _rows(w, i, j)
-        sub = q if q.axis is None else Quant(q.scale[i:j], q.zero_point[i:j], axis=0, bitwidth=q.bitwidth,
-                                             symmetric=q.symmetric)
-        out[i:j] = quantize_real(part, sub, dtype)
+        sub = q if q.axis is None else attrs.evolve(q, scale=q.scale[i * per_row:j * per_row],
+                                                    zero_point=q.zero_point[i * per_row:j * per_row])
+        out[i:j] = quantize_real(_rows(w, i, j), sub, dtype)
     return out
 
 

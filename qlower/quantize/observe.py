@@ -34,7 +34,8 @@ class RangeObserver:
         if not self.histogram:
             return
         if self.edges is None:
-            self.edges = (lo, hi if hi > lo else lo + 1e-12)
+            a, b = min(lo, 0.0), max(hi, 0.0)  # encodings always hold 0
+            self.edges = (a, b if b - a > 1e-6 * max(1.0, abs(a)) else a + max(1.0, abs(a)))
             self.counts = np.zeros(BINS, np.float64)
         elif lo < self.edges[0] or hi > self.edges[1]:
             self._rebin(min(lo, self.edges[0]), max(hi, self.edges[1]))

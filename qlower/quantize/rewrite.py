@@ -51,8 +51,10 @@ def range_of(obs: RangeObserver | None, opts: QuantOptions, bits: int, symmetric
 
 
 def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantOptions, *,
-                   sink: Sink | None = None, name: str | None = None) -> Graph:
-    """The quantized graph (see the module docstring); `seen` from `calibrate` on the float graph."""
+                   sink: Sink | None = None, name: str | None = None, activations: bool = True) -> Graph:
+    """The quantized graph (see the module docstring); `seen` from `calibrate`. Constants already
+    fixed-point are kept as they are, so the weights can be quantized first (`activations=False`:
+    every activation stays float) and the activations calibrated on the graph with those weights."""
     table = roles()
     weights, passthrough, casts = table["weights"], frozenset(table["passthrough"]), frozenset(table["cast"])
     over = opts.overrides
@@ -88,13 +90,15 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
         return kv_encoding(lo, hi, opts.kv_bitwidth)
 
     def encode(v: Value, cover: Value | None = None) -> tuple[np.dtype, Quant] | None:
-        if v.dtype.kind != "f" or keeps_float(v):
+        if not activations or v.dtype.kind != "f" or keeps_float(v):
             return None
         kv = kv_enc(v)
         if kv is not None:
             return kv
         bits = bits_of(v, opts.act_bitwidth)
-        lo, hi = range_of(seen.get(v.name), opts, bits, opts.act_symmetric)
+        lo, hi = range_of(seen.get(v.name), opts, bits, opts.act_symmetric or v.name in symmetric)
+        if v.name in symmetric:
+            lo, hi = -max(abs(lo), abs(hi)), max(abs(lo), abs(hi))
         if cover is not None:
             clo, chi = range_of(seen.get(cover.name), opts, bits, True)
             amax = max(abs(clo), abs(chi))
@@ -105,6 +109,14 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
     new: dict[str, Value] = {}
     made: dict[tuple[str, str], Value] = {}
     gather, cover = table["gather"], table["cover"]
+    symmetric: set[str] = set()
+    for op in graph.ops:
+        at = table["symmetric_range"].get(op.type)
+        v = op.operands[at] if at is not None and len(op.operands) > at else None
+        while v is not None and not v.is_const:
+            symmetric.add(v.name)
+            p = v.producer
+            v = p.operands[0] if p is not None and p.type in passthrough and p.operands else None
 
     def value(v: Value) -> Value:
         got = new.get(v.name)
@@ -150,7 +162,8 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
         for r in op.results:
             src = op.operands[0] if op.operands else None
             table_at = gather.get(op.type)
-            if keeps_float(r) or KV_NAME.match(r.name) is not None or op.name in over.keep_float:
+            if (not activations or keeps_float(r) or KV_NAME.match(r.name) is not None
+                    or op.name in over.keep_float):
                 act[r.name] = encode(r)
             elif (table_at is not None and len(op.operands) > table_at and op.operands[table_at] is not None
                   and op.operands[table_at].is_const and op.operands[table_at].dtype.kind == "f"):

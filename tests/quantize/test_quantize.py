@@ -1,0 +1,176 @@
+"""Calibration and quantization through the public interfaces: observers' laws, weight encodings,
+streaming, and whole float graphs quantized and run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from qlower.diagnostics import QlowerError
+from qlower.graph.core import Graph
+from qlower.graph.quantize import quantize_real
+from qlower.graph.types import Quant
+from qlower.quantize import QuantOptions, quantize
+from qlower.quantize.encode import kv_encoding, weight_encoding
+from qlower.quantize.observe import BINS, RangeObserver
+from qlower.reference.quant import dequantize
+from qlower.qnn.convert import encoding_of
+
+floats = st.floats(-1e3, 1e3, allow_nan=False, width=32)
+
+
+def _dq(data, q: Quant, dtype) -> np.ndarray:
+    return dequantize(np.asarray(data), encoding_of(q, np.dtype(dtype), np.asarray(data).shape), np.dtype(dtype))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(hnp.arrays(np.float32, st.integers(1, 300), elements=floats), min_size=1, max_size=5))
+def test_observer_laws(batches):
+    """min/max are exact; the histogram keeps every value through re-binning; ranges stay inside
+    [min, max] (widened to hold 0) and the MSE range costs no more than the full range."""
+    obs = RangeObserver(histogram=True)
+    for b in batches:
+        obs.update(b)
+    allv = np.concatenate(batches)
+    assert obs.lo == allv.min() and obs.hi == allv.max()
+    assert obs.counts.sum() == pytest.approx(allv.size) and obs.counts.size == BINS
+    lo, hi = obs.percentile_range(99.0)
+    assert obs.lo <= lo <= hi <= obs.hi
+    a, b = obs.mse_range(256, symmetric=False)
+    assert min(obs.lo, 0) - 1e-6 <= a <= b <= max(obs.hi, 0) + 1e-6
+
+    def cost(a, b):
+        x, c = obs.centres(), obs.counts
+        step = (b - a) / 255
+        return float(np.sum(c * ((x - np.clip(x, a, b)) ** 2 + step * step / 12)))
+
+    full = (min(obs.lo, 0.0), max(obs.hi, 0.0))
+    if full[1] > full[0]:
+        assert cost(a, b) <= cost(*full) * (1 + 1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(hnp.arrays(np.float32, st.tuples(st.integers(1, 12), st.integers(1, 70)), elements=st.floats(-4, 4, width=32)),
+       st.sampled_from([(8, None), (4, None), (4, 16), (4, 32)]))
+def test_weight_encodings(w, mode):
+    """Symmetric weights: codes within ±(2^(b-1)-1), error at most half a step of the element's own
+    scale; LPBQ block scales are a channel scale times an integer in 1..15."""
+    bits, block = mode
+    q, data = weight_encoding(w, bits, 0, 1, block=block)
+    top = (1 << (bits - 1)) - 1
+    assert data.dtype == np.int8 and np.abs(data).max(initial=0) <= top
+    assert q.symmetric and set(q.zero_point) == {0}
+    back = _dq(data, q, np.int8)
+    if block is not None and (w.shape[1] % block or w.shape[1] <= block):
+        assert q.block_size is None  # whole blocks only: per channel instead
+    if q.block_size is None:
+        step = np.asarray(q.scale)[:, None]
+    else:
+        nb = -(-w.shape[1] // block)
+        s = np.asarray(q.scale).reshape(w.shape[0], nb)
+        ratio = s / s.max(axis=1, keepdims=True) * 15  # (the largest block has the integer 15)
+        assert np.allclose(ratio, np.round(ratio)) and ratio.min() >= 1 - 1e-9
+        step = np.repeat(s, block, axis=1)[:, :w.shape[1]]
+    assert np.all(np.abs(back - w) <= step / 2 + 1e-6 * np.abs(w).max(initial=1))
+
+
+def test_weights_stream_by_rows(tmp_path, monkeypatch):
+    """A weight held by reference is quantized a slice of rows at a time: it is never read whole, and
+    gives what the in-memory array gives."""
+    from safetensors.numpy import save_file
+
+    from qlower.graph import lazy
+    from qlower.quantize import encode
+
+    w = np.random.default_rng(0).standard_normal((300, 64)).astype(np.float32)
+    save_file({"w": w}, str(tmp_path / "w.safetensors"))
+    ref = lazy.LazyArray(lazy.SafetensorsSource(tmp_path / "w.safetensors", "w"), np.float32, w.shape)
+    monkeypatch.setattr(encode, "ROWS_BYTES", 64 * 4 * 50)
+    monkeypatch.setattr(lazy.SafetensorsSource, "read", lambda self: pytest.fail("read whole"))
+    for bits, block in ((8, None), (4, 32)):
+        q1, d1 = weight_encoding(ref, bits, 0, 1, block=block)
+        q2, d2 = weight_encoding(w, bits, 0, 1, block=block)
+        assert q1 == q2 and np.array_equal(d1, d2)
+
+
+def test_kv_cache_encoding():
+    dtype, q = kv_encoding(-3.0, 2.0)
+    assert dtype == np.uint8 and q.zero_point == (128,) and q.scale == (3.0 / 127,)
+
+
+def _mlp(seed: int = 0) -> Graph:
+    """x → Linear(+bias) → RMSNorm → SiLU → Linear → y, all float32."""
+    rng = np.random.default_rng(seed)
+    g = Graph("mlp")
+    x = g.add_value("x", np.float32, (1, 4, 32))
+    w1 = g.add_value("fc1.weight", np.float32, (64, 32), data=rng.standard_normal((64, 32)).astype(np.float32) * 0.2)
+    b1 = g.add_value("fc1.bias", np.float32, (64,), data=rng.standard_normal(64).astype(np.float32) * 0.1)
+    h = g.add_value("h", np.float32, (1, 4, 64))
+    g.add_op("fc1", "mllm.Linear", [x, w1, b1], [h])
+    nw = g.add_value("norm.weight", np.float32, (64,), data=(1 + 0.1 * rng.standard_normal(64)).astype(np.float32))
+    n = g.add_value("n", np.float32, (1, 4, 64))
+    g.add_op("norm", "mllm.RMSNorm", [h, nw], [n], {"epsilon": 1e-6, "add_unit_offset": False})
+    a = g.add_value("a", np.float32, (1, 4, 64))
+    g.add_op("act", "mllm.SiLU", [n], [a])
+    w2 = g.add_value("fc2.weight", np.float32, (16, 64), data=rng.standard_normal((16, 64)).astype(np.float32) * 0.2)
+    y = g.add_value("y", np.float32, (1, 4, 16))
+    g.add_op("fc2", "mllm.Linear", [a, w2], [y])
+    g.set_io([x], [y])
+    return g
+
+
+def _feeds(n: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((1, 4, 32)).astype(np.float32)} for _ in range(n)]
+
+
+def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
+    return float(10 * np.log10(np.sum(ref**2) / max(np.sum((ref - got) ** 2), 1e-30)))
+
+
+def _run_quantized(q: Graph, x: np.ndarray) -> np.ndarray:
+    """The quantized graph's source semantics with fake-quantized activations (the input stored first)."""
+    from qlower.reference.mllm import MLLM_KERNELS
+    from qlower.reference.source import run_graph
+
+    return run_graph(q, {"x": _dq(quantize_real(x, q.inputs[0].quant, q.inputs[0].dtype), q.inputs[0].quant,
+                                  q.inputs[0].dtype)}, {"mllm": MLLM_KERNELS})["y"]
+
+
+@pytest.mark.parametrize("opts, floor", [(QuantOptions(), 35.0),
+                                         (QuantOptions(weights_bitwidth=4, block_size=16), 14.0),
+                                         (QuantOptions(act_bitwidth=8, calibration_method="mse"), 25.0),
+                                         (QuantOptions(calibration_method="percentile", percentile=99.9), 30.0)],
+                         ids=["w8a16", "w4a16-lpbq", "w8a8-mse", "percentile"])
+def test_quantized_graph_tracks_float(opts, floor):
+    """Held-out inputs: the quantized graph's output is within the SQNR a bitwidth allows of the float
+    graph's; encodings are where the options put them."""
+    from qlower.reference.mllm import MLLM_KERNELS
+    from qlower.reference.source import run_graph
+
+    g = _mlp()
+    q = quantize(g, _feeds(6), opts)
+    w1 = q.value("fc1.weight")
+    assert w1.dtype == np.int8 and w1.quant.axis == 0 and w1.quant.symmetric
+    assert (w1.quant.bitwidth or 8) == opts.weights_bitwidth and w1.quant.block_size == opts.block_size
+    assert q.value("fc1.bias").dtype == np.int32
+    assert q.value("h").dtype == (np.uint16 if opts.act_bitwidth == 16 else np.uint8)
+    for feed in _feeds(3, seed=9):
+        want = run_graph(g, feed, {"mllm": MLLM_KERNELS})["y"]
+        assert _sqnr(want, _run_quantized(q, feed["x"])) > floor
+
+
+def test_calibration_data_must_fit():
+    g = _mlp()
+    with pytest.raises(QlowerError, match="no array for graph input x"):
+        quantize(g, [{"y": np.zeros((1, 4, 16), np.float32)}])
+    with pytest.raises(QlowerError, match=r"x has shape \[4, 32\], the graph input is \[1, 4, 32\]") as e:
+        quantize(g, [{"x": np.zeros((4, 32), np.float32)}])
+    assert e.value.diagnostics[0].subject == "tensor x"
+    with pytest.raises(QlowerError, match="no calibration data"):
+        quantize(g, [])
