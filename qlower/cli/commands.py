@@ -517,13 +517,17 @@ def quantize(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     _progress(args, f"loading {args.model}")
     graph = load_model(args.model, args.frontend, **checkpoint_options(args))
+    t_load = time.perf_counter() - t0
     llm = None
     from qlower.frontends.hf_checkpoint import checkpoint_config, is_checkpoint
 
     if is_checkpoint(args.model):
         llm = checkpoint_config(args.model, **{k: v for k, v in checkpoint_options(args).items() if v is not None})
     data = CalibrationData(args.calibration, llm)
-    q = run_quantize(graph, data, opts, out=out, progress=lambda text: _progress(args, text))
+    timings: dict = {}
+    q = run_quantize(graph, data, opts, out=out, progress=lambda text: _progress(args, text), timings=timings)
+    if args.timings:
+        _write_json_atomic(Path(args.timings), {"load": t_load, **timings})
     inputs = out.with_name(f"{out.stem}_inputs.npz")
     first_inputs(q, CalibrationData(args.calibration, llm), inputs)
     written = [out, inputs]

@@ -159,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--percentile-calibration-value", type=float, default=99.99, metavar="P")
     s.add_argument("--act-quantizer-schema", choices=("asymmetric", "symmetric"), default="asymmetric")
     s.add_argument("--no-per-channel", action="store_true", help="weights per tensor, not per output channel")
+    s.add_argument("--timings", default=None, metavar="FILE",
+                   help="write phase wall times as JSON (calibration: one entry per input set)")
     checkpoint_options(s)
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=commands.quantize)

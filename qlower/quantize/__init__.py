@@ -35,12 +35,14 @@ def source_kernels(graph: Graph | None = None) -> Mapping[str, Mapping[str, Any]
 
 def quantize(graph: Graph, feeds: Iterable[Mapping[str, np.ndarray]], options: QuantOptions | None = None, *,
              out: str | Path | None = None, kernels: Mapping[str, Mapping[str, Any]] | None = None,
-             progress: Callable[[str], None] | None = None) -> Graph:
+             progress: Callable[[str], None] | None = None, timings: dict[str, Any] | None = None) -> Graph:
     """Calibrate `graph` on `feeds` (one input set per chunk, keyed by input name) and quantize it.
 
     With `out` (a `.json` path) the quantized graph is written there as the weights are made: each
     weight goes into `<stem>-NNNNN.safetensors` shards beside it as soon as it is quantized, and the
-    graph references them, so memory stays bounded by the largest tensor."""
+    graph references them, so memory stays bounded by the largest tensor. `timings` (a dict) gets the
+    phases' wall times in seconds: weights, calibration (one entry per input set), activations, save."""
+    import time
     from qlower.graph.io import save_graph
 
     opts = options or QuantOptions()
@@ -51,17 +53,33 @@ def quantize(graph: Graph, feeds: Iterable[Mapping[str, np.ndarray]], options: Q
     # Weights first, streamed out as they are made; then the activations are calibrated on the graph
     # with those weights (as AIMET's QuantSim computes encodings with its parameter quantizers on):
     # 4-bit weights move the activations, and ranges from the float weights would clip them.
+    t = timings if timings is not None else {}
+    t0 = time.perf_counter()
     say("quantizing weights")
     if out is None:
         wq = quantize_graph(graph, {}, opts, activations=False)
     else:
         with ShardWriter(out.parent, out.stem) as shards:
             wq = quantize_graph(graph, {}, opts, sink=shards.add, name=out.stem, activations=False)
+    t["weights"] = time.perf_counter() - t0
+    t["calibration"] = per_set = []
+    mark = [time.perf_counter()]
+
+    def step(n: int) -> None:
+        now = time.perf_counter()
+        per_set.append(now - mark[0])
+        mark[0] = now
+        say(f"calibrated on input set {n}")
+
     say("calibrating")
     seen = calibrate(wq, feeds, kernels if kernels is not None else source_kernels(graph),
-                     histogram=opts.calibration_method != "minmax",
-                     progress=lambda n: say(f"calibrated on input set {n}"))
+                     histogram=opts.calibration_method != "minmax", progress=step)
+    t1 = time.perf_counter()
     q = quantize_graph(wq, seen, opts, name=out.stem if out is not None else None)
+    t["activations"] = time.perf_counter() - t1
     if out is not None:
+        t2 = time.perf_counter()
         save_graph(q, out, quant_refs=1024)
+        t["save"] = time.perf_counter() - t2
+    t["total"] = time.perf_counter() - t0
     return q

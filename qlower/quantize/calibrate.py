@@ -38,6 +38,37 @@ def check_feed(graph: Graph, feed: Mapping[str, Any], where: str) -> dict[str, n
     return out
 
 
+ROWS_BYTES = 32 << 20
+
+
+def real_constant(v: Any) -> np.ndarray:
+    """A constant's real values as float32 (its own data when not fixed-point), dequantized a slice of
+    rows at a time so no float64 copy of a big table is ever whole (an encoding along axis 0, per
+    channel or in blocks, is sliced with the rows)."""
+    import attrs
+
+    from qlower.graph.lazy import LazyArray
+    from qlower.qnn.convert import encoding_of
+    from qlower.reference.quant import dequantize
+
+    data, q = v.data, v.quant
+    if q is None:
+        return np.asarray(data)
+    shape = tuple(v.shape)
+    if len(shape) < 2 or q.axis not in (None, 0):
+        return dequantize(np.asarray(data), encoding_of(q, v.dtype, shape), v.dtype).astype(np.float32, copy=False)
+    per_row = len(q.scale) // shape[0] if q.axis == 0 else 0
+    out = np.empty(shape, np.float32)
+    step = max(1, ROWS_BYTES // max(1, int(np.prod(shape[1:])) * 8))
+    for i in range(0, shape[0], step):
+        j = min(shape[0], i + step)
+        part = data.rows(i, j) if isinstance(data, LazyArray) else np.asarray(data[i:j])
+        sub = q if q.axis is None else attrs.evolve(q, scale=q.scale[i * per_row:j * per_row],
+                                                    zero_point=q.zero_point[i * per_row:j * per_row])
+        out[i:j] = dequantize(part, encoding_of(sub, v.dtype, part.shape), v.dtype)
+    return out
+
+
 def calibrate(graph: Graph, feeds: Iterable[Mapping[str, Any]], kernels: Mapping[str, Mapping[str, Kernel]], *,
               histogram: bool = False, observers: dict[str, RangeObserver] | None = None,
               progress: Any = None) -> dict[str, RangeObserver]:
@@ -47,7 +78,6 @@ def calibrate(graph: Graph, feeds: Iterable[Mapping[str, Any]], kernels: Mapping
     feed's outputs before the next feed is asked for: a prefill's KV cache comes from the chunks
     before it."""
     from qlower.qnn.convert import encoding_of
-    from qlower.reference.quant import dequantize
 
     seen = observers if observers is not None else {}
     order = graph.topo_order()
@@ -81,9 +111,7 @@ def calibrate(graph: Graph, feeds: Iterable[Mapping[str, Any]], kernels: Mapping
                 if v is None:
                     args.append(None)
                 elif v.is_const:
-                    data = v.data
-                    args.append(dequantize(np.asarray(data), encoding_of(v.quant, v.dtype, v.shape), v.dtype)
-                                .astype(np.float32) if v.quant is not None else np.asarray(data))
+                    args.append(real_constant(v))
                 else:
                     args.append(env[id(v)])
             outs = [OutSpec(r.shape, r.dtype, encoding_of(r.quant, r.dtype) if r.quant is not None else None)
