@@ -143,7 +143,7 @@ with open(out, "wb") as f:
             src = SafetensorsSource(Path(file), key, bf16=dtype == "bfloat16")
             step = max(1, (32 << 20) // max(1, int(np.prod(shape[1:])) * 4))
             for i in range(0, shape[0] if shape else 1, step):
-                part = src.rows(i, i + step) if shape else src.read()
+                part = src.rows(i, min(shape[0], i + step)) if shape else src.read()
                 if mode == "quantize":  # what any quantizer must at least do: scale, round, store int8
                     part = np.clip(np.rint(part * 50.0), -127, 127).astype(np.int8)
                 f.write(memoryview(np.ascontiguousarray(part)).cast("B"))

@@ -158,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="activation ranges: min-max, a percentile, or the least-squared-error (SQNR) range")
     s.add_argument("--percentile-calibration-value", type=float, default=99.99, metavar="P")
     s.add_argument("--act-quantizer-schema", choices=("asymmetric", "symmetric"), default="asymmetric")
+    s.add_argument("--quantization-overrides", default=None, metavar="FILE",
+                   help="AIMET-format encodings overrides: a tensor's bitwidth, its whole encoding, or dtype float (and excluded_layers) to keep it float")
+    s.add_argument("--export-encodings", default=None, metavar="FILE", help="write the encodings (AIMET JSON)")
     s.add_argument("--no-per-channel", action="store_true", help="weights per tensor, not per output channel")
     s.add_argument("--timings", default=None, metavar="FILE",
                    help="write phase wall times as JSON (calibration: one entry per input set)")

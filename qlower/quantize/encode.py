@@ -99,10 +99,10 @@ def weight_encoding(w: np.ndarray, bits: int, out_axis: int, in_axis: int, *, pe
         scale = np.where(amax > 0, amax / top, 1.0)
         q = Quant(scale, [0] * len(scale), axis=out_axis if per_channel else None,
                   bitwidth=bits if bits < 8 else None, symmetric=True)
-    return q, _quantize_rows(w, q, np.dtype(np.int8))
+    return q, quantize_rows(w, q, np.dtype(np.int8))
 
 
-def _quantize_rows(w: np.ndarray, q: Quant, dtype: np.dtype) -> np.ndarray:
+def quantize_rows(w: np.ndarray, q: Quant, dtype: np.dtype) -> np.ndarray:
     """quantize_real, reading the weight a slice of rows at a time (an encoding along axis 0, per
     channel or in blocks, is sliced with it)."""
     if w.ndim < 2 or q.axis not in (None, 0):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -28,10 +29,12 @@ def _check(opts: QuantOptions) -> None:
 
 @attrs.frozen
 class Overrides:
-    """Per tensor (or per op: its results) exceptions: keep float, or another bitwidth."""
+    """Per tensor (or per op: its results) exceptions: keep float, another bitwidth, or an encoding
+    imposed as it is (`qlower.graph.encodings.TensorEncoding`, from an AIMET-format file)."""
 
     keep_float: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
     bitwidth: Mapping[str, int] = attrs.field(factory=dict)
+    encodings: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen

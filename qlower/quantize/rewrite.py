@@ -16,9 +16,11 @@ import numpy as np
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph, Op, Value
 from qlower.graph.types import Quant
-from qlower.quantize.encode import act_encoding, bias_encoding, kv_encoding, param_encoding, weight_encoding
+from qlower.quantize.encode import (act_encoding, bias_encoding, kv_encoding, param_encoding, quantize_rows,
+                                    weight_encoding)
 from qlower.quantize.observe import RangeObserver
 from qlower.quantize.options import QuantOptions
+from qlower.quantize.overrides import imposed
 
 # The KV cache of the LLM graphs (qlower.frontends.llm): cache inputs and the chunk's outputs, paired by
 # layer, share one encoding (the runtime appends the outputs to the cache the inputs read).
@@ -92,6 +94,13 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
     def encode(v: Value, cover: Value | None = None) -> tuple[np.dtype, Quant] | None:
         if not activations or v.dtype.kind != "f" or keeps_float(v):
             return None
+        fixed = over.encodings.get(v.name)
+        if fixed is not None:
+            if fixed.bitwidth not in (8, 16):
+                raise QlowerError(error(f"quantization overrides: activations are 8 or 16 bits, not "
+                                        f"{fixed.bitwidth}", subject=f"tensor {v.name}", code="overrides"))
+            dtype = np.dtype(np.uint16 if fixed.bitwidth == 16 else np.uint8)
+            return dtype, imposed(fixed, dtype, shape=v.shape)
         kv = kv_enc(v)
         if kv is not None:
             return kv
@@ -136,7 +145,14 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
             return nv
         taken = any(n == v.name for n, _ in made)
         vname = v.name if not taken else q.fresh_value_name(f"{op.name}.{role}")
-        if role == "weight":
+        fixed = over.encodings.get(v.name)
+        if fixed is not None:
+            dtype = np.dtype(np.int32 if role == "bias" else np.int8 if role == "weight" else
+                             np.uint16 if fixed.bitwidth > 8 else np.uint8)
+            ax = axes if axes is not None else (None, None)
+            enc = imposed(fixed, dtype, ax[0], ax[1], v.shape)
+            data = quantize_rows(v.data, enc, dtype)
+        elif role == "weight":
             bits = over.bitwidth.get(v.name, opts.weights_bitwidth)
             if bits not in (4, 8):
                 raise QlowerError(error(f"override bitwidth {bits}: weights are 4 or 8 bits",
@@ -188,7 +204,7 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
             elif not v.is_const:
                 if float_op:
                     operands.append(_as_float(q, value(v), op))
-                elif keeps_float(v) and v.dtype.kind == "f":  # a kept-float result into a quantized op
+                elif activations and keeps_float(v) and v.dtype.kind == "f":  # kept float, into a quantized op
                     if v.name not in requant:
                         bits = bits_of(v, opts.act_bitwidth)
                         dtype, enc = act_encoding(*range_of(seen.get(v.name), opts, bits, opts.act_symmetric), bits,
