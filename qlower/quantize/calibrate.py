@@ -41,10 +41,10 @@ def check_feed(graph: Graph, feed: Mapping[str, Any], where: str) -> dict[str, n
 ROWS_BYTES = 32 << 20
 
 
-def real_constant(v: Any) -> np.ndarray:
-    """A constant's real values as float32 (its own data when not fixed-point), dequantized a slice of
-    rows at a time so no float64 copy of a big table is ever whole (an encoding along axis 0, per
-    channel or in blocks, is sliced with the rows)."""
+def real_constant(v: Any, span: tuple[int, int] | None = None) -> np.ndarray:
+    """A constant's real values (rows i:j of them with `span`) as float32 (its own data when not
+    fixed-point), dequantized a slice of rows at a time so no float64 copy of a big table is ever
+    whole (an encoding along axis 0, per channel or in blocks, is sliced with the rows)."""
     import attrs
 
     from qlower.graph.lazy import LazyArray
@@ -52,21 +52,83 @@ def real_constant(v: Any) -> np.ndarray:
     from qlower.reference.quant import dequantize
 
     data, q = v.data, v.quant
-    if q is None:
-        return np.asarray(data)
     shape = tuple(v.shape)
+    lo, hi = span if span is not None else (0, shape[0] if shape else 0)
+
+    def rows(i: int, j: int) -> np.ndarray:
+        if span is None and (i, j) == (0, shape[0] if shape else 0):
+            return np.asarray(data)
+        return data.rows(i, j) if isinstance(data, LazyArray) else np.asarray(data[i:j])
+
+    if q is None:
+        return rows(lo, hi) if shape else np.asarray(data)
     if len(shape) < 2 or q.axis not in (None, 0):
-        return dequantize(np.asarray(data), encoding_of(q, v.dtype, shape), v.dtype).astype(np.float32, copy=False)
+        whole = dequantize(np.asarray(data), encoding_of(q, v.dtype, shape), v.dtype).astype(np.float32, copy=False)
+        return whole if span is None else whole[lo:hi]
     per_row = len(q.scale) // shape[0] if q.axis == 0 else 0
-    out = np.empty(shape, np.float32)
+    out = np.empty((hi - lo, *shape[1:]), np.float32)
     step = max(1, ROWS_BYTES // max(1, int(np.prod(shape[1:])) * 8))
-    for i in range(0, shape[0], step):
-        j = min(shape[0], i + step)
-        part = data.rows(i, j) if isinstance(data, LazyArray) else np.asarray(data[i:j])
+    for i in range(lo, hi, step):
+        j = min(hi, i + step)
+        part = rows(i, j)
         sub = q if q.axis is None else attrs.evolve(q, scale=q.scale[i * per_row:j * per_row],
                                                     zero_point=q.zero_point[i * per_row:j * per_row])
-        out[i:j] = dequantize(part, encoding_of(sub, v.dtype, part.shape), v.dtype)
+        out[i - lo:j - lo] = dequantize(part, encoding_of(sub, v.dtype, part.shape), v.dtype)
     return out
+
+
+def _run(op: Any, kernel: Kernel, env: Mapping[int, Any], outs: list[OutSpec]) -> list[np.ndarray]:
+    """One op on the kernels, a big weight's rows (or a table's needed rows) at a time where the roles
+    file says the op allows it, so no big constant is ever whole in float (the reference kernels
+    compute in float64)."""
+    from qlower.quantize.rewrite import roles
+
+    table = roles()
+    split = table["split_rows"].get(op.type)
+    gather = table["gather_rows"].get(op.type)
+    ops = op.operands
+    if split is not None and len(ops) > split["weight"] and ops[split["weight"]] is not None \
+            and ops[split["weight"]].is_const and ops[split["weight"]].shape is not None:
+        w = ops[split["weight"]]
+        rows = w.shape[0]
+        step = max(1, ROWS_BYTES // max(1, int(np.prod(w.shape[1:])) * 8))
+        if step < rows:
+            b_at = split.get("bias")
+            parts = []
+            for i in range(0, rows, step):
+                j = min(rows, i + step)
+                args = [env[id(v)] if v is not None and not v.is_const else None for v in ops]
+                args[split["weight"]] = real_constant(w, (i, j))
+                if b_at is not None and len(ops) > b_at and ops[b_at] is not None:
+                    args[b_at] = real_constant(ops[b_at])[i:j]
+                for k, v in enumerate(ops):
+                    if v is not None and v.is_const and args[k] is None:
+                        args[k] = real_constant(v)
+                shape = None if outs[0].shape is None else (*outs[0].shape[:-1], j - i)
+                parts.append(kernel(args, op.attrs, [OutSpec(shape, outs[0].dtype, None)])[0])
+                del args
+            return [np.concatenate(parts, axis=-1)]
+    if gather is not None and ops[gather[1]] is not None and ops[gather[1]].is_const and \
+            ops[gather[0]] is not None and not ops[gather[0]].is_const:
+        ids = np.asarray(env[id(ops[gather[0]])])
+        t = ops[gather[1]]
+        n = t.shape[0]
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            raise KernelError(f"{op.type}: ids must lie in [0, {n}), got [{ids.min()}, {ids.max()}]")
+        want, inverse = np.unique(ids, return_inverse=True)
+        picked = np.empty((want.size, *t.shape[1:]), np.float32)
+        step = max(1, ROWS_BYTES // max(1, int(np.prod(t.shape[1:])) * 8))
+        for i in range(0, n, step):
+            j = min(n, i + step)
+            sel = (want >= i) & (want < j)
+            if sel.any():
+                picked[sel] = real_constant(t, (i, j))[want[sel] - i]
+        args = [None] * len(ops)
+        args[gather[0]] = inverse.reshape(ids.shape).astype(ids.dtype)
+        args[gather[1]] = picked
+        return kernel(args, op.attrs, outs)
+    args = [None if v is None else real_constant(v) if v.is_const else env[id(v)] for v in ops]
+    return kernel(args, op.attrs, outs)
 
 
 def calibrate(graph: Graph, feeds: Iterable[Mapping[str, Any]], kernels: Mapping[str, Mapping[str, Kernel]], *,
@@ -106,21 +168,12 @@ def calibrate(graph: Graph, feeds: Iterable[Mapping[str, Any]], kernels: Mapping
             if kernel is None:
                 raise QlowerError(error(f"no reference kernel for {op.type}: cannot calibrate",
                                         subject=f"node {op.name}", code="no-kernel"))
-            args = []
-            for v in op.operands:
-                if v is None:
-                    args.append(None)
-                elif v.is_const:
-                    args.append(real_constant(v))
-                else:
-                    args.append(env[id(v)])
             outs = [OutSpec(r.shape, r.dtype, encoding_of(r.quant, r.dtype) if r.quant is not None else None)
                     for r in op.results]
             try:
-                results = kernel(args, op.attrs, outs)
+                results = _run(op, kernel, env, outs)
             except KernelError as exc:
                 raise QlowerError(error(str(exc), subject=f"node {op.name} ({op.type})", code="kernel")) from None
-            del args
             for r, val in zip(op.results, results):
                 if id(r) in watched:
                     seen[r.name].update(val)

@@ -240,3 +240,40 @@ def test_kept_float_op_lowers():
     result = qlower.lower(q, rules, backend="htp", float16=False)
     result.raise_for_errors()
     assert {"Dequantize", "Quantize"} <= set(result.qnn_op_counts())
+
+
+def test_calibration_in_row_slices_sees_what_whole_tensors_give():
+    """Linear on slices of its weight's rows and Embedding on the rows its ids name (how calibration
+    keeps big constants out of memory) observe the ranges whole-tensor kernels give, on a whole LLM
+    graph prefilled over three chunks."""
+    import importlib
+
+    from qlower.frontends.llm import LlmConfig, Prefill, build_llm
+
+    cal = importlib.import_module("qlower.quantize.calibrate")
+    cfg = LlmConfig("t", layers=2, hidden=32, intermediate=48, heads=4, kv_heads=2, vocab=100, seq=4, past=8,
+                    qk_norm=True)
+    rng = np.random.default_rng(0)
+
+    def const(g, name, shape, kind):
+        data = rng.standard_normal(shape).astype(np.float32) * (0.3 if kind != "norm" else 0.1)
+        return g.add_value(name, np.float32, shape, data=data + (1 if kind == "norm" else 0))
+
+    g = build_llm(cfg, const)
+    q = quantize(g, Prefill(cfg, np.arange(12) * 7), QuantOptions(weights_bitwidth=4, block_size=16))
+    from qlower.quantize import quantize_graph, source_kernels
+
+    wq = quantize_graph(g, {}, QuantOptions(weights_bitwidth=4, block_size=16), activations=False)
+    tokens = np.arange(12) * 7
+    whole = cal.calibrate(wq, Prefill(cfg, tokens), source_kernels(wq))
+    old = cal.ROWS_BYTES
+    cal.ROWS_BYTES = 32 * 8 * 5  # five rows of a [*, 32] weight a slice
+    try:
+        sliced = cal.calibrate(wq, Prefill(cfg, tokens), source_kernels(wq))
+    finally:
+        cal.ROWS_BYTES = old
+    assert whole.keys() == sliced.keys()
+    for name in whole:
+        assert sliced[name].lo == pytest.approx(whole[name].lo, rel=1e-5, abs=1e-6), name
+        assert sliced[name].hi == pytest.approx(whole[name].hi, rel=1e-5, abs=1e-6), name
+    assert q.value("logits").quant is not None
