@@ -537,10 +537,14 @@ def quantize(args: argparse.Namespace) -> int:
         export_encodings(q, Path(args.export_encodings))
         written.append(Path(args.export_encodings))
     if not args.quiet:
+        from qlower.quantize.rewrite import KV_NAME
+
         n = sum(1 for v in q.values if v.quant is not None)
+        has_kv = any(KV_NAME.match(v.name) for v in q.inputs)
         print(f"{args.model}: quantized {n} tensors (w{opts.weights_bitwidth}a{opts.act_bitwidth}"
               f"{f', LPBQ blocks of {opts.block_size}' if opts.block_size else ''}"
-              f"{f', KV cache uint{opts.kv_bitwidth}' if opts.kv_bitwidth else ''}, {opts.calibration_method}) "
+              f"{f', KV cache uint{opts.kv_bitwidth}' if opts.kv_bitwidth and has_kv else ''}, "
+              f"{opts.calibration_method}) "
               f"in {time.perf_counter() - t0:.1f} s")
         for p in written:
             print(f"  wrote {p}")
