@@ -140,8 +140,8 @@ def param_encoding(data: np.ndarray, bits: int) -> tuple[Quant, np.ndarray]:
             part = _rows(data, i, j)
             lo, hi = min(lo, float(part.min())), max(hi, float(part.max()))
     dtype, q = act_encoding(lo, hi, bits)
-    if data.ndim == 0:
-        return q, quantize_real(np.asarray(data, np.float32), q, dtype)
+    if data.ndim == 0:  # (as one element: quantize_real's 0-d path trips on numpy scalars)
+        return q, quantize_real(np.asarray(data, np.float32).reshape(1), q, dtype).reshape(())
     out = np.empty(data.shape, dtype)
     for i, j in _row_slices(data.shape):
         out[i:j] = quantize_real(_rows(data, i, j), q, dtype)

@@ -277,3 +277,17 @@ def test_calibration_in_row_slices_sees_what_whole_tensors_give():
         assert sliced[name].lo == pytest.approx(whole[name].lo, rel=1e-5, abs=1e-6), name
         assert sliced[name].hi == pytest.approx(whole[name].hi, rel=1e-5, abs=1e-6), name
     assert q.value("logits").quant is not None
+
+
+def test_scalar_constant_is_quantized():
+    """A 0-d constant (an attention scale, say) becomes a one-code parameter that dequantizes to itself."""
+    g = Graph("s")
+    x = g.add_value("x", np.float32, (1, 4, 32))
+    c = g.add_value("c", np.float32, (), data=np.array(0.125, np.float32))
+    y = g.add_value("y", np.float32, (1, 4, 32))
+    g.add_op("mul", "mllm.Mul", [x, c], [y])
+    g.set_io([x], [y])
+    q = quantize(g, _feeds(2))
+    v = q.value("c")
+    assert v.dtype == np.uint16 and np.asarray(v.data).shape == ()
+    assert float(_dq(v.data, v.quant, v.dtype)) == pytest.approx(0.125, rel=1e-4)
