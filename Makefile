@@ -16,13 +16,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job: build a whole Qwen2-style LLM (examples/build_qwen2.py: every layer, embedding, LM head,
-# KV cache in uint8, w8a16 and w4a16 weights) and the Qwen2-VL example graphs, and lower them for HTP.
+# The main job, the user's path: a float Qwen3-style checkpoint written by transformers' save_pretrained
+# (BF16, fixed seed, no download) is calibrated and quantized by qlower to w4a16 (LPBQ, blocks of 32) with
+# the KV cache in uint8, and to w8a16, then lowered for HTP with --verify and --html; then the Qwen2-VL
+# example graphs.
+DEMO := out/demo
 demo: $(STAMP)
-	$(PY) examples/build_qwen2.py examples --config demo --modes float,w8a16,w4a16
-	$(QLOWER) lower examples/qwen2_demo_w8a16.json --backend htp -o out/llm_w8a16 --report --verify --html out/llm_w8a16/report.html
-	$(QLOWER) lower examples/qwen2_demo_w4a16.json --backend htp -o out/llm_w4a16 --report --verify --html out/llm_w4a16/report.html
-	$(QLOWER) lower examples/qwen2_demo.json --backend htp -o out/llm_f16 --report --verify --html out/llm_f16/report.html
+	$(PY) examples/make_checkpoint.py $(DEMO)
+	$(QLOWER) quantize $(DEMO)/qwen3_demo --calibration $(DEMO)/qwen3_demo_calibration.npz -o $(DEMO)/qwen3_w4a16.json --weights-bitwidth 4 --block-size 32 --kv-bitwidth 8 --chunk-size 32 --context-length 128
+	$(QLOWER) quantize $(DEMO)/qwen3_demo --calibration $(DEMO)/qwen3_demo_calibration.npz -o $(DEMO)/qwen3_w8a16.json --chunk-size 32 --context-length 128
+	$(QLOWER) lower $(DEMO)/qwen3_w4a16.json --backend htp -o out/llm_w4a16 --report --verify --html out/llm_w4a16/report.html
+	$(QLOWER) lower $(DEMO)/qwen3_w8a16.json --backend htp -o out/llm_w8a16 --report --verify --html out/llm_w8a16/report.html
 	$(PY) examples/build_qwen2vl.py examples
 	$(QLOWER) lower examples/qwen2vl_vision_block.json --backend htp -o out/vision_f16 --report --verify --html out/vision_f16/report.html
 	$(QLOWER) lower examples/qwen2vl_decoder_layer.json --backend htp -o out/decoder_f16 --report --verify --html out/decoder_f16/report.html

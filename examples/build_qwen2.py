@@ -36,18 +36,17 @@ example inputs (written next to each graph as `<name>_inputs.npz`); `--no-calibr
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import attrs
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from build_qwen2vl import MASK_VALUE, WEIGHT_STD, calibrate, save_inputs  # noqa: E402
 
+from qlower.frontends.llm import LlmConfig, build_llm  # noqa: E402
 from qlower.graph.core import Graph, Value  # noqa: E402
 from qlower.graph.lazy import LazyArray, SafetensorsSource  # noqa: E402
 from qlower.graph.quantize import bounds, quantize_affine, quantize_real  # noqa: E402
@@ -58,29 +57,6 @@ ACT = np.dtype(np.uint16)
 KV = np.dtype(np.uint8)
 KV_ZERO_POINT = 128  # QNN offset -128
 _DATA_MOVEMENT = frozenset({"mllm.View", "mllm.Transpose", "mllm.Repeat"})
-
-
-@attrs.frozen
-class LlmConfig:
-    """A Qwen2 decoder-only LLM (the Hugging Face `Qwen2Config` fields that shape the graph)."""
-
-    name: str
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    seq: int = 32
-    past: int = 32
-    eps: float = 1e-6
-    theta: float = 1000000.0
-    seed: int = 2
-    block_size: int = 64
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
 
 
 CONFIGS = {
@@ -126,106 +102,26 @@ class Shards:
         self.pending, self.values, self.size = {}, [], 0
 
 
-class _Builder:
-    """Float32 values and mllm ops; weights drawn from one rng and written to shards."""
+def build_float(cfg: LlmConfig, shards: Shards | None) -> Graph:
+    """The float32 graph of the whole model (`qlower.frontends.llm.build_llm`, the graph the checkpoint
+    frontend builds too), its weights drawn from one rng in the builder's order and written to shards."""
+    rng = np.random.default_rng(cfg.seed)
 
-    def __init__(self, cfg: LlmConfig, shards: Shards | None) -> None:
-        self.cfg = cfg
-        self.g = Graph(cfg.name)
-        self.rng = np.random.default_rng(cfg.seed)
-        self.shards = shards
-
-    def input(self, name: str, shape: tuple[int, ...], dtype: np.dtype = FLOAT) -> Value:
-        return self.g.add_value(name, dtype, shape)
-
-    def const(self, name: str, shape: tuple[int, ...], std: float = WEIGHT_STD, mean: float = 0.0) -> Value:
-        data = self.rng.standard_normal(shape, dtype=np.float32)
-        data *= np.float32(std)
-        if mean:
-            data += np.float32(mean)
-        if self.shards is None:
-            return self.g.add_value(name, FLOAT, shape, data=data)
-        v = self.g.add_value(name, FLOAT, shape, data=np.zeros((), FLOAT))  # a constant; data set on flush
-        self.shards.add(v, data)
+    def const(g: Graph, name: str, shape: tuple[int, ...], kind: str) -> Value:
+        data = rng.standard_normal(shape, dtype=np.float32)
+        data *= np.float32(WEIGHT_STD)
+        if kind == "norm":
+            data += np.float32(1.0)
+        if shards is None:
+            return g.add_value(name, FLOAT, shape, data=data)
+        v = g.add_value(name, FLOAT, shape, data=np.zeros((), FLOAT))  # a constant; data set on flush
+        shards.add(v, data)
         return v
 
-    def op(self, name: str, type: str, operands: list[Value], shape: tuple[int, ...], attrs: dict | None = None,
-           result: str | None = None, dtype: np.dtype = FLOAT) -> Value:
-        y = self.g.add_value(result or f"{name}.out", dtype, shape)
-        self.g.add_op(name, f"mllm.{type}", operands, [y], attrs)
-        return y
-
-    def linear(self, name: str, x: Value, out_features: int, bias: bool, weight: Value | None = None) -> Value:
-        w = weight or self.const(f"{name}.weight", (out_features, x.shape[-1]))
-        operands = [x, w] + ([self.const(f"{name}.bias", (out_features,))] if bias else [])
-        return self.op(name, "Linear", operands, (*x.shape[:-1], out_features))
-
-    def rms_norm(self, name: str, x: Value) -> Value:
-        w = self.const(f"{name}.weight", (x.shape[-1],), mean=1.0)
-        return self.op(name, "RMSNorm", [x, w], x.shape, {"epsilon": self.cfg.eps, "add_unit_offset": False})
-
-
-def build_float(cfg: LlmConfig, shards: Shards | None) -> Graph:
-    """The float32 graph of the whole model (see the module docstring)."""
-    s, d, h, kvh, hd, p = cfg.seq, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.past
-    b = _Builder(cfg, shards)
-    ids = b.input("input_ids", (1, s), np.dtype(np.int32))
-    sin, cos = b.input("sin", (s, hd)), b.input("cos", (s, hd))
-    mask = b.input("mask", (1, 1, s, p + s))
-    table = b.const("model.embed_tokens.weight", (cfg.vocab, d))
-    x = b.op("model.embed_tokens", "Embedding", [ids, table], (1, s, d))
-    ins, outs = [ids, sin, cos, mask], []
-    for i in range(cfg.layers):
-        pre = f"model.layers.{i}"
-        past_k = b.input(f"past_key.{i}", (1, kvh, p, hd))
-        past_v = b.input(f"past_value.{i}", (1, kvh, p, hd))
-        ins += [past_k, past_v]
-        n1 = b.rms_norm(f"{pre}.input_layernorm", x)
-        heads = {}
-        for name, count in (("q", h), ("k", kvh), ("v", kvh)):
-            t = b.linear(f"{pre}.self_attn.{name}_proj", n1, count * hd, bias=True)
-            t = b.op(f"{pre}.self_attn.{name}_view", "View", [t], (1, s, count, hd), {"shape": [1, s, count, hd]})
-            if name != "v":
-                t = b.op(f"{pre}.self_attn.{name}_rope", "RoPE", [t, sin, cos], t.shape)
-            heads[name] = b.op(f"{pre}.self_attn.{name}_transpose", "Transpose", [t], (1, count, s, hd),
-                               {"dim0": 1, "dim1": 2})
-        kv = {}
-        for name, past in (("k", past_k), ("v", past_v)):
-            full = "key" if name == "k" else "value"
-            outs.append(b.op(f"{pre}.self_attn.{name}_cache_out", "CastType", [heads[name]], (1, kvh, s, hd),
-                             {"dtype": "float32"}, result=f"present_{full}.{i}"))
-            cached = b.op(f"{pre}.self_attn.{name}_cache_in", "CastType", [past], past.shape, {"dtype": "float32"})
-            cat = b.op(f"{pre}.self_attn.{name}_concat", "Concat", [cached, heads[name]], (1, kvh, p + s, hd),
-                       {"dim": 2})
-            kv[name] = b.op(f"{pre}.self_attn.{name}_repeat", "Repeat", [cat], (1, h, p + s, hd),
-                            {"dim": 1, "times": h // kvh})
-        scores = b.op(f"{pre}.self_attn.scores", "MatMul", [heads["q"], kv["k"]], (1, h, s, p + s),
-                      {"transpose_a": False, "transpose_b": True})
-        factor = b.g.add_value(f"{pre}.self_attn.scale_factor", FLOAT, (1,),
-                               data=np.array([1.0 / math.sqrt(hd)], FLOAT))
-        scores = b.op(f"{pre}.self_attn.scale", "Mul", [scores, factor], scores.shape)
-        scores = b.op(f"{pre}.self_attn.mask_add", "Add", [scores, mask], scores.shape)
-        probs = b.op(f"{pre}.self_attn.softmax", "Softmax", [scores], scores.shape, {"dim": -1})
-        ctx = b.op(f"{pre}.self_attn.context", "MatMul", [probs, kv["v"]], (1, h, s, hd),
-                   {"transpose_a": False, "transpose_b": False})
-        ctx = b.op(f"{pre}.self_attn.context_transpose", "Transpose", [ctx], (1, s, h, hd), {"dim0": 1, "dim1": 2})
-        ctx = b.op(f"{pre}.self_attn.context_view", "View", [ctx], (1, s, d), {"shape": [1, s, d]})
-        attn = b.linear(f"{pre}.self_attn.o_proj", ctx, d, bias=False)
-        h1 = b.op(f"{pre}.residual1", "Add", [x, attn], x.shape)
-        n2 = b.rms_norm(f"{pre}.post_attention_layernorm", h1)
-        gate = b.linear(f"{pre}.mlp.gate_proj", n2, cfg.intermediate, bias=False)
-        up = b.linear(f"{pre}.mlp.up_proj", n2, cfg.intermediate, bias=False)
-        act = b.op(f"{pre}.mlp.act", "SiLU", [gate], gate.shape)
-        prod = b.op(f"{pre}.mlp.mul", "Mul", [act, up], gate.shape)
-        down = b.linear(f"{pre}.mlp.down_proj", prod, d, bias=False)
-        x = b.op(f"{pre}.residual2", "Add", [h1, down], x.shape)
-    x = b.rms_norm("model.norm", x)
-    logits = b.linear("lm_head", x, cfg.vocab, bias=False, weight=table)  # tied
-    b.g.rename_value(logits, "logits")
-    b.g.set_io(ins, [logits, *outs])
+    g = build_llm(cfg, const)
     if shards is not None:
         shards.flush()
-    return b.g
+    return g
 
 
 def example_inputs(cfg: LlmConfig) -> dict[str, np.ndarray]:

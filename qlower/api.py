@@ -320,10 +320,13 @@ def _verify(source: Graph, result: LowerResult, rules: Rules, inputs: Mapping[st
 
 
 def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mapping[str, Sequence[int]] | None = None,
-               trust_pickle: bool = False, quantization_overrides: str | Path | Any = None) -> Graph:
-    """Import a model file with the named (or, for `auto`, the suffix's) frontend.
+               trust_pickle: bool = False, quantization_overrides: str | Path | Any = None,
+               **options: Any) -> Graph:
+    """Import a model file (or a Hugging Face checkpoint folder) with the named (or, for `auto`, the
+    suffix's) frontend.
 
-    `input_shapes` (name → dims) goes to frontends that take it (`Frontend.options`).
+    `input_shapes` (name → dims) and other keyword `options` (the checkpoint frontend's `chunk` and
+    `context`) go to frontends that take them (`Frontend.options`); None means the default.
     `trust_pickle` lets frontends that take it run pickles from the file (a `.pt2`'s pickled
     weights or objects): only for files from someone you trust, see docs/security.md.
     `quantization_overrides`: an AIMET encodings file (path, or a read
@@ -331,15 +334,16 @@ def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mappin
     `--quantization_overrides` (`qlower.frontends.overrides`).
     """
     chosen = choose_frontend(path, frontend)
-    options: dict[str, Any] = {}
-    if input_shapes:
-        if "input_shapes" not in chosen.options:
-            raise QlowerError(error(f"the {chosen.name} frontend takes no input shapes (--input-shape)",
-                                    hint="its models have static shapes already", code="usage"))
-        options["input_shapes"] = input_shapes
+    given = {k: v for k, v in {"input_shapes": input_shapes or None, **options}.items() if v is not None}
+    for key in given:
+        if key not in chosen.options:
+            what = "input shapes (--input-shape)" if key == "input_shapes" else f"option {key}"
+            raise QlowerError(error(f"the {chosen.name} frontend takes no {what}",
+                                    hint="its models have static shapes already" if key == "input_shapes" else
+                                    f"it takes: {', '.join(sorted(chosen.options)) or 'no options'}", code="usage"))
     if trust_pickle and "trust_pickle" in chosen.options:  # (other frontends run nothing from the file)
-        options["trust_pickle"] = True
-    graph = chosen.load(Path(path), **options)
+        given["trust_pickle"] = True
+    graph = chosen.load(Path(path), **given)
     if quantization_overrides is not None:
         from qlower.frontends.overrides import apply_overrides
         from qlower.graph.encodings import EncodingSet, read_encodings
@@ -361,7 +365,7 @@ def choose_frontend(path: str | Path, frontend: str = "auto"):
         raise QlowerError(error(f"{path} is not a regular file", code="io"))
     frontends = installed().frontends
     if frontend == "auto":
-        suffix = "".join(p.suffixes[-1:]).lower()
+        suffix = "/" if p.is_dir() else "".join(p.suffixes[-1:]).lower()  # a folder: a checkpoint
         chosen = next((f for f in frontends.values() if suffix in f.suffixes), None)
         if chosen is None:
             raise QlowerError(error(f"no frontend reads {suffix or 'files without a suffix'}",

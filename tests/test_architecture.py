@@ -5,7 +5,7 @@ from Python's import machinery, not from the reader) and those by name
 (`importlib.import_module("qlower.x")`, `__import__("qlower.x")`), which hide it from this scan too. The layers, bottom to top:
 
     diagnostics, _resources < _files < graph < qnn < lang, reference < rewrite
-        < verify, frontends < plugins, report < api < qlower (the facade) < lsp < cli
+        < verify, frontends < plugins, report < quantize < api < qlower (the facade) < lsp < cli
 
 `reference` (each op's numpy semantics) sits beside `lang`, below `rewrite`, whose constant-folding
 functions use it. One module is an entry point rather than part of its package: pytest loads
@@ -33,6 +33,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in
     "rewrite",
     "verify frontends",
     "plugins report",
+    "quantize",
     "api",
     "qlower",
     "lsp",

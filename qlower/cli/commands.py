@@ -133,12 +133,12 @@ def fmt(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- lower
 def load_model(path: str, frontend: str = "auto", *, input_shapes=None, trust_pickle: bool = False,
-               quantization_overrides=None):
+               quantization_overrides=None, **options):
     """Import a model file with the named (or, for `auto`, the suffix's) frontend, and apply an encodings
     file to it; what the file did is said on stderr (entries it could not apply included)."""
     from qlower.api import load_model as _load
 
-    graph = _load(path, frontend, input_shapes=input_shapes, trust_pickle=trust_pickle)
+    graph = _load(path, frontend, input_shapes=input_shapes, trust_pickle=trust_pickle, **options)
     if quantization_overrides is not None:
         from qlower.frontends.overrides import apply_overrides
         from qlower.graph.encodings import read_encodings
@@ -157,6 +157,11 @@ def choose_frontend(path: str, frontend: str = "auto"):
     from qlower.api import choose_frontend as _choose
 
     return _choose(path, frontend)
+
+
+def checkpoint_options(args: argparse.Namespace) -> dict:
+    """--chunk-size and --context-length, for the frontends that take them (checkpoint folders)."""
+    return {"chunk": getattr(args, "chunk_size", None), "context": getattr(args, "context_length", None)}
 
 
 def dialect_of(graph) -> str | None:
@@ -204,7 +209,7 @@ def lower(args: argparse.Namespace) -> int:
         return 2
     _progress(args, f"loading {args.model}")
     graph = load_model(args.model, args.frontend, input_shapes=shapes, trust_pickle=getattr(args, "trust_pickle", False),
-                       quantization_overrides=getattr(args, "quantization_overrides", None))
+                       quantization_overrides=getattr(args, "quantization_overrides", None), **checkpoint_options(args))
     _refuse_overwriting_inputs(args, graph)
     # The loaded graph lives until the process ends: keep the cyclic collector from
     # rescanning its millions of objects in every later phase (seconds each on big models),
@@ -368,7 +373,7 @@ def debug(args: argparse.Namespace) -> int:
 
     _progress(args, f"loading {args.model}")
     graph = load_model(args.model, args.frontend, trust_pickle=getattr(args, "trust_pickle", False),
-                       quantization_overrides=args.quantization_overrides)
+                       quantization_overrides=args.quantization_overrides, **checkpoint_options(args))
     refuse_overwrite([args.json], _files_read(args, graph))
     rules = rules_for(args, graph)
     source = _snapshot(graph)
@@ -548,3 +553,63 @@ def lsp(args: argparse.Namespace) -> int:
         raise QlowerError(error(f"the language server needs pygls: {exc}", hint="pip install 'qlower[lsp]'",
                                 code="missing-extra")) from None
     return serve_stdio()
+
+
+def quantize(args: argparse.Namespace) -> int:
+    """`qlower quantize MODEL --calibration DATA -o Q.json`: calibrate and quantize a float model."""
+    from qlower.quantize import Overrides, QuantOptions, quantize as run_quantize
+    from qlower.quantize.data import CalibrationData, first_inputs
+
+    out = Path(args.output)
+    if out.suffix != ".json":
+        print(f"qlower: error: -o {args.output}: the quantized graph is a .json file", file=sys.stderr)
+        return 2
+    if args.block_size is not None and args.weights_bitwidth != 4:
+        print("qlower: error: --block-size (LPBQ) needs --weights-bitwidth 4", file=sys.stderr)
+        return 2
+    overrides = Overrides()
+    if getattr(args, "quantization_overrides", None):
+        from qlower.quantize.overrides import read_overrides
+
+        overrides = read_overrides(Path(args.quantization_overrides))
+    opts = QuantOptions(act_bitwidth=args.act_bitwidth, weights_bitwidth=args.weights_bitwidth,
+                        bias_bitwidth=args.bias_bitwidth, block_size=args.block_size,
+                        kv_bitwidth=None if args.kv_bitwidth == 0 else args.kv_bitwidth,
+                        calibration_method=args.calibration_method, percentile=args.percentile_calibration_value,
+                        act_symmetric=args.act_quantizer_schema == "symmetric",
+                        per_channel=not args.no_per_channel, overrides=overrides)
+    t0 = time.perf_counter()
+    _progress(args, f"loading {args.model}")
+    graph = load_model(args.model, args.frontend, **checkpoint_options(args))
+    t_load = time.perf_counter() - t0
+    llm = None
+    from qlower.frontends.hf_checkpoint import checkpoint_config, is_checkpoint
+
+    if is_checkpoint(args.model):
+        llm = checkpoint_config(args.model, **{k: v for k, v in checkpoint_options(args).items() if v is not None})
+    data = CalibrationData(args.calibration, llm)
+    timings: dict = {}
+    q = run_quantize(graph, data, opts, out=out, progress=lambda text: _progress(args, text), timings=timings)
+    if args.timings:
+        _write_json_atomic(Path(args.timings), {"load": t_load, **timings})
+    inputs = out.with_name(f"{out.stem}_inputs.npz")
+    first_inputs(q, CalibrationData(args.calibration, llm), inputs)
+    written = [out, inputs]
+    if getattr(args, "export_encodings", None):
+        from qlower.quantize.overrides import export_encodings
+
+        export_encodings(q, Path(args.export_encodings))
+        written.append(Path(args.export_encodings))
+    if not args.quiet:
+        from qlower.quantize.rewrite import KV_NAME
+
+        n = sum(1 for v in q.values if v.quant is not None)
+        has_kv = any(KV_NAME.match(v.name) for v in q.inputs)
+        print(f"{args.model}: quantized {n} tensors (w{opts.weights_bitwidth}a{opts.act_bitwidth}"
+              f"{f', LPBQ blocks of {opts.block_size}' if opts.block_size else ''}"
+              f"{f', KV cache uint{opts.kv_bitwidth}' if opts.kv_bitwidth and has_kv else ''}, "
+              f"{opts.calibration_method}) "
+              f"in {time.perf_counter() - t0:.1f} s")
+        for p in written:
+            print(f"  wrote {p}")
+    return 0

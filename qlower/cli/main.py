@@ -93,6 +93,19 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, tuple(int(p) for p in parts)
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def checkpoint_options(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--chunk-size", type=_positive, default=None, metavar="N",
+                   help="checkpoint folders: tokens per prefill chunk (default 32)")
+    s.add_argument("--context-length", type=_positive, default=None, metavar="N",
+                   help="checkpoint folders: KV cache positions including the chunk (default 1024)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="qlower", description="Declarative lowering of model graphs to Qualcomm QNN.")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
@@ -114,7 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("lower", help="lower a model graph to QNN and write the artifacts")
     s.add_argument("model")
-    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch or a plugin frontend")
+    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch, hf (a checkpoint folder) or a "
+                   "plugin frontend")
     s.add_argument("--rules", action="append", default=[], help="rule file or folder (default: the shipped "
                    "pack for the graph's dialect)")
     s.add_argument("--backend", default="htp", choices=BACKENDS)
@@ -144,12 +158,42 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an AIMET encodings file (1.0.0 or the older dict format) applied to the model, as QNN's "
                    "converter applies --quantization_overrides")
     _trust_option(s)
+    checkpoint_options(s)
     s.add_argument("-q", "--quiet", action="store_true")
     s.set_defaults(func=commands.lower)
 
+    s = sub.add_parser("quantize", help="calibrate a float model and write it quantized (qlower-graph/1)")
+    s.add_argument("model", help="a model file or a Hugging Face checkpoint folder")
+    s.add_argument("--calibration", required=True, metavar="DATA",
+                   help=".npz file or folder of them, keyed by input name (a checkpoint: input_ids alone "
+                   "are prefilled chunk by chunk)")
+    s.add_argument("-o", "--output", required=True, metavar="Q.json")
+    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch, hf or a plugin frontend")
+    s.add_argument("--act-bitwidth", type=int, choices=(8, 16), default=16)
+    s.add_argument("--weights-bitwidth", type=int, choices=(4, 8), default=8)
+    s.add_argument("--bias-bitwidth", type=int, choices=(32,), default=32)
+    s.add_argument("--block-size", type=_positive, default=None, metavar="N",
+                   help="LPBQ: 4-bit weights with a scale per block of N input elements")
+    s.add_argument("--kv-bitwidth", type=int, choices=(0, 8, 16), default=8,
+                   help="the KV cache (past_*/present_*): uint8 symmetric, zero point 128; 0: as activations")
+    s.add_argument("--calibration-method", choices=("minmax", "percentile", "mse"), default="minmax",
+                   help="activation ranges: min-max, a percentile, or the least-squared-error (SQNR) range")
+    s.add_argument("--percentile-calibration-value", type=float, default=99.99, metavar="P")
+    s.add_argument("--act-quantizer-schema", choices=("asymmetric", "symmetric"), default="asymmetric")
+    s.add_argument("--quantization-overrides", default=None, metavar="FILE",
+                   help="AIMET-format encodings overrides: a tensor's bitwidth, its whole encoding, or dtype float (and excluded_layers) to keep it float")
+    s.add_argument("--export-encodings", default=None, metavar="FILE", help="write the encodings (AIMET JSON)")
+    s.add_argument("--no-per-channel", action="store_true", help="weights per tensor, not per output channel")
+    s.add_argument("--timings", default=None, metavar="FILE",
+                   help="write phase wall times as JSON (calibration: one entry per input set)")
+    checkpoint_options(s)
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(func=commands.quantize)
+
     s = sub.add_parser("debug", help="per-op accuracy analysis: find the source op whose lowering is wrong")
     s.add_argument("model")
-    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch or a plugin frontend")
+    s.add_argument("--frontend", default="auto", help="auto, json, onnx, torch, hf (a checkpoint folder) or a "
+                   "plugin frontend")
     s.add_argument("--rules", action="append", default=[], help="rule file or folder (default: the shipped "
                    "pack for the graph's dialect)")
     s.add_argument("--backend", default="htp", choices=BACKENDS)
@@ -160,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an AIMET encodings file applied to the model (as for lower)")
     _verify_options(s)
     _trust_option(s)
+    checkpoint_options(s)
     s.set_defaults(func=commands.debug)
 
     s = sub.add_parser("run", help="run a QNN graph (_net.json + .bin) on inputs with the reference kernels")

@@ -38,6 +38,13 @@ def _torch(path: Path, *, trust_pickle: bool = False):
     return load_exported(path, trust_pickle=trust_pickle)
 
 
+def _hf(path: Path, *, chunk=None, context=None):
+    from qlower.frontends.hf_checkpoint import DEFAULT_CHUNK, DEFAULT_CONTEXT, load_checkpoint
+
+    return load_checkpoint(path, chunk=chunk or DEFAULT_CHUNK, context=context or DEFAULT_CONTEXT)
+
+
 def builtin_frontends() -> tuple[Frontend, ...]:
+    # "hf" reads a folder (config.json + *.safetensors), which `--frontend auto` picks for any folder
     return (Frontend("json", (".json",), _json), Frontend("onnx", (".onnx",), _onnx, options={"input_shapes"}),
-            Frontend("torch", (".pt2",), _torch, options={"trust_pickle"}))
+            Frontend("torch", (".pt2",), _torch, options={"trust_pickle"}), Frontend("hf", ("/",), _hf, options={"chunk", "context"}))

@@ -14,7 +14,7 @@ from qlower.diagnostics import QlowerError, error
 from qlower.frontends.onnx_qdq import QdqResult, fold_qdq
 from qlower.reference.onnx_types import graph_dtype, narrow_ints, onnx_to_numpy
 from qlower.graph.core import Graph, Value
-from qlower.graph.lazy import LazyArray, RawSource
+from qlower.graph.lazy import LazyArray, RawSource, widen_bf16
 from qlower.reference.onnx_kernels import EVAL_OPSET, PARAM_INPUTS
 
 # Legacy spellings renamed to the current attribute names (op, old) → new.
@@ -72,7 +72,10 @@ def _initializer(t: Any, base_dir: Path | None) -> np.ndarray | LazyArray:
         if math.prod(dims) > held:
             raise _fail(f"initializer {t.name}: dims {dims} need more data than it holds", subject=subject)
         try:
-            return numpy_helper.to_array(t)
+            arr = numpy_helper.to_array(t)
+            # bfloat16 weights are imported as float32: exact (bfloat16 is float32's upper half), and QNN's
+            # float path and qlower's quantizer both start from float32
+            return arr.astype(np.float32) if t.data_type == TensorProto.BFLOAT16 else arr
         except (ValueError, TypeError, KeyError, OverflowError, MemoryError) as exc:
             raise _fail(f"initializer {t.name}: its data does not match its dims {dims} and type: "
                         f"{str(exc)[:200]}", subject=subject) from None
@@ -80,6 +83,9 @@ def _initializer(t: Any, base_dir: Path | None) -> np.ndarray | LazyArray:
     if base_dir is None or "location" not in info:
         raise _fail(f"initializer {t.name} has external data but the model was not loaded from a file",
                     subject=subject)
+    bf16 = t.data_type == TensorProto.BFLOAT16
+    if bf16:
+        dtype = np.dtype(np.uint16)  # the raw bits, widened to float32 when read
     if dtype is None:
         raise _fail(f"initializer {t.name} has ONNX element type {t.data_type}, which qlower does not import",
                     subject=subject)
@@ -103,7 +109,8 @@ def _initializer(t: Any, base_dir: Path | None) -> np.ndarray | LazyArray:
     if offset + size > have or ("length" in info and int(info["length"]) < size):
         raise _fail(f"initializer {t.name}: external data file {path} is too short ({have} bytes; needs "
                     f"{size} at offset {offset})", subject=subject)
-    return LazyArray(RawSource(path, offset, dtype, shape), dtype, shape)
+    lazy = LazyArray(RawSource(path, offset, dtype, shape), dtype, shape)
+    return lazy.map(widen_bf16, np.float32) if bf16 else lazy
 
 
 def _initializers(g: Any, base_dir: Path | None) -> dict[str, np.ndarray | LazyArray]:

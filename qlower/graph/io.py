@@ -631,11 +631,14 @@ class _Loader:
                              subject, did_you_mean(key, header))
                     return None
                 dname, got_shape = header[key]
-                if dname not in _DTYPES:
+                if dname == "bfloat16":  # read widened to float32 (exact): numpy has no bfloat16
+                    got_dtype, source = np.dtype(np.float32), SafetensorsSource(path, key, bf16=True)
+                elif dname not in _DTYPES:
                     self.err(f"tensor `{name}`: tensor {_fmt(key)} in {file} has dtype {dname}, which qlower "
                              "does not read", "data-dtype", subject)
                     return None
-                got_dtype, source = _DTYPES[dname], SafetensorsSource(path, key)
+                else:
+                    got_dtype, source = _DTYPES[dname], SafetensorsSource(path, key)
         except UnsafeReference as e:
             self.err(f"tensor `{name}`: {kind} reference {_fmt(file)} refused: {e}", "data-file", subject)
             return None

@@ -51,34 +51,54 @@ class NpySource:
 
 @attrs.frozen
 class SafetensorsSource:
-    """One tensor of a `.safetensors` file; each read opens the file and closes it again."""
+    """One tensor of a `.safetensors` file; each read opens the file and closes it again.
+
+    A `BF16` tensor (the dtype Qwen and Llama checkpoints ship in; numpy has none) is read as
+    float32: bfloat16 is float32's upper half, so widening is exact (`bits << 16`)."""
 
     path: Path
     key: str
+    bf16: bool = False
 
     def describe(self) -> str:
         return f"{self.path}[{self.key}]"
 
     def read(self) -> np.ndarray:
+        if self.bf16:
+            return self._bf16_rows(None)
         from safetensors import safe_open
 
         with safe_open(str(self.path), framework="numpy") as f:
             return f.get_tensor(self.key)
 
     def rows(self, i: int, j: int) -> np.ndarray:
+        if self.bf16:
+            return self._bf16_rows((i, j))
         from safetensors import safe_open
 
         with safe_open(str(self.path), framework="numpy") as f:
             return f.get_slice(self.key)[i:j]
 
+    def _bf16_rows(self, span: tuple[int, int] | None) -> np.ndarray:
+        """Rows i:j (all when `span` is None), widened to float32 from the file's raw bytes."""
+        start, shape = safetensors_offset(self.path, self.key)
+        row = math.prod(shape[1:]) if shape else 1
+        i, j = span if span is not None else (0, shape[0] if shape else 1)
+        j = min(j, shape[0]) if shape else j
+        count = max(0, j - i) * row
+        raw = np.fromfile(self.path, dtype="<u2", count=count, offset=start + 2 * i * row)
+        if raw.size != count:
+            raise OSError(f"{self.path}: tensor {self.key} is cut short ({raw.size} of {count} values)")
+        return widen_bf16(raw).reshape(((j - i), *shape[1:]) if shape else ())
+
 
 _NPY_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "I64": "int64", "I32": "int32",
                "I16": "int16", "I8": "int8", "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8",
-               "BOOL": "bool"}
+               "BOOL": "bool", "BF16": "bfloat16"}
 
 
 def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """key → (numpy dtype name or the file's own name when numpy has none, shape), from the
+    """key → (numpy dtype name, `bfloat16`, or the file's own name when numpy has none, shape), from the
     header alone: no tensor bytes are read. The safetensors package checks the header (its
     length, offsets inside the file, not overlapping, matching each shape) as it opens the file;
     a file it refuses is a ValueError that quotes none of the file's bytes."""
@@ -97,6 +117,34 @@ def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
             text = "its header is not the JSON a safetensors file holds"
         raise ValueError(text[:300]) from None
     return out
+
+
+def safetensors_offset(path: Path, key: str) -> tuple[int, tuple[int, ...]]:
+    """The file offset of tensor `key`'s first byte, and its shape."""
+    doc, base = _safetensors_doc(path)
+    entry = doc.get(key)
+    if type(entry) is not dict or "data_offsets" not in entry:
+        raise ValueError(f"no tensor {key!r} in the header")
+    return base + int(entry["data_offsets"][0]), tuple(int(d) for d in entry.get("shape", ()))
+
+
+def _safetensors_doc(path: Path) -> tuple[dict, int]:
+    """The parsed JSON header and the offset where the data starts."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise ValueError("file too short for a safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > 100 << 20:
+            raise ValueError(f"header length {n} is implausible")
+        raw = f.read(n)
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"header is not JSON: {e}") from None
+    if type(doc) is not dict:
+        raise ValueError("header is not a JSON object")
+    return doc, 8 + n
 
 
 _MAX_NPY_HEADER = 10000  # numpy's own limit (np.lib.format._MAX_HEADER_SIZE): bigger headers are refused
@@ -200,6 +248,15 @@ class LazyArray(NDArrayOperatorsMixin):
                 arr = _convert(arr, kind, arg)
         return arr
 
+    def rows(self, i: int, j: int) -> np.ndarray:
+        """Rows i:j along axis 0, reading only those from the source when no reshape was recorded."""
+        if self.shape != self.origin or not self.shape:
+            return self.read()[i:j]
+        part = self.source.rows(i, min(j, self.shape[0]))
+        for kind, arg in self.steps:
+            part = _convert(part, kind, arg)
+        return part
+
     def chunks(self, max_bytes: int = CHUNK_BYTES) -> Iterator[np.ndarray]:
         """The data in C order as consecutive flat pieces of about `max_bytes` (row slices of the
         source, converted one at a time)."""
@@ -271,6 +328,12 @@ def _real(x: Any) -> Any:
     if type(x) is dict:
         return {k: _real(v) for k, v in x.items()}
     return x
+
+
+def widen_bf16(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values given as their uint16 bit patterns → float32, exactly (the bits are float32's
+    upper half)."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def is_lazy(x: Any) -> bool:

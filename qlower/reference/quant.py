@@ -152,4 +152,6 @@ def float_to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
 
 
 def bfloat16_bits_to_float(b: np.ndarray) -> np.ndarray:
-    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    from qlower.graph.lazy import widen_bf16  # the one widening (checkpoints' BF16 weights use it too)
+
+    return widen_bf16(b)

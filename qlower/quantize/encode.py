@@ -1,0 +1,148 @@
+"""Encodings from ranges and weights, and the weights' fixed-point data.
+
+Weights are read one tensor at a time and worked on a slice of rows at a time (`ROWS_BYTES`), so
+the float temporaries stay small whatever the tensor's size; only the stored integers are whole.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+from qlower.graph.lazy import LazyArray
+from qlower.graph.quantize import quantize_real
+from qlower.graph.types import Quant
+
+ROWS_BYTES = 32 << 20
+KV_ZERO_POINT = 128  # mllm's uint8 KV cache: symmetric around 128 (QNN offset -128)
+
+
+def act_encoding(lo: float, hi: float, bits: int, symmetric: bool = False) -> tuple[np.dtype, Quant]:
+    """Unsigned storage of `bits`: asymmetric over [min(lo, 0), max(hi, 0)], or symmetric around the
+    middle code (zero point 2^(bits-1), QNN's offset -2^(bits-1))."""
+    dtype = np.dtype(np.uint16 if bits == 16 else np.uint8)
+    if symmetric:
+        half = 1 << (bits - 1)
+        amax = max(abs(lo), abs(hi))
+        return dtype, Quant([amax / (half - 1) if amax > 0 else 1.0], [half], symmetric=True)
+    return dtype, Quant.for_range(lo, hi, dtype.name)
+
+
+def kv_encoding(lo: float, hi: float, bits: int = 8) -> tuple[np.dtype, Quant]:
+    """The KV cache as mllm keeps it: uint8, symmetric, zero point 128 (scale = max|x| / 127)."""
+    return act_encoding(lo, hi, bits, symmetric=True)
+
+
+def _row_slices(shape: tuple[int, ...]) -> list[tuple[int, int]]:
+    row = max(1, int(np.prod(shape[1:])) * 4)
+    step = max(1, ROWS_BYTES // row)
+    return [(i, min(shape[0], i + step)) for i in range(0, shape[0], step)]
+
+
+def _rows(w: np.ndarray, i: int, j: int) -> np.ndarray:
+    """Rows i:j as float32; a lazily read weight reads only those."""
+    return np.asarray(w.rows(i, j) if isinstance(w, LazyArray) else w[i:j], np.float32)
+
+
+def _amax(w: np.ndarray, out_axis: int, in_axis: int, block: int | None) -> np.ndarray:
+    """max |w| per output channel ([C]) or per (channel, block of `block` inputs) ([C, B]), 2-D weights
+    with rows read a slice at a time."""
+    if w.ndim != 2:
+        a = np.abs(np.moveaxis(np.asarray(w, np.float32), out_axis, 0)).reshape(w.shape[out_axis], -1)
+        return a.max(axis=1).astype(np.float64)
+    rows_are_channels = out_axis == 0
+    c, k = (w.shape[0], w.shape[1]) if rows_are_channels else (w.shape[1], w.shape[0])
+    nb = 1 if block is None else -(-k // block)
+    out = np.zeros((c, nb), np.float64)
+    for i, j in _row_slices(w.shape):
+        part = np.abs(_rows(w, i, j))
+        if not rows_are_channels:
+            part = part.T  # [C, rows i:j of the inputs]
+            if block is None:
+                np.maximum(out[:, 0], part.max(axis=1), out=out[:, 0])
+            else:
+                for b in range(i // block, -(-j // block)):
+                    s, e = max(i, b * block) - i, min(j, (b + 1) * block) - i
+                    np.maximum(out[:, b], part[:, s:e].max(axis=1), out=out[:, b])
+            continue
+        if block is None:
+            out[i:j, 0] = part.max(axis=1)
+        else:
+            pad = np.zeros((j - i, nb * block), np.float32)
+            pad[:, :k] = part
+            out[i:j] = pad.reshape(j - i, nb, block).max(axis=2)
+    return out[:, 0] if block is None else out
+
+
+def weight_encoding(w: np.ndarray, bits: int, out_axis: int, in_axis: int, *, per_channel: bool = True,
+                    block: int | None = None) -> tuple[Quant, np.ndarray]:
+    """Symmetric signed weights in int8 storage: per output channel (or per tensor), 8 or 4 bits; with
+    `block`, LPBQ: per channel a float scale times a 4-bit integer per block of `block` inputs (what
+    QNN's BLOCKWISE_EXPANSION stores), so each block's scale is that product."""
+    out_axis %= w.ndim
+    in_axis %= w.ndim
+    top = (1 << (bits - 1)) - 1  # 127 or 7: the symmetric range
+    if block is not None and (w.ndim != 2 or w.shape[in_axis] % block or w.shape[in_axis] <= block):
+        block = None  # QNN's blocks are whole: a dimension they do not divide stays per channel
+    if block is not None:
+        amax = _amax(w, out_axis, in_axis, block) / top  # the scale each block wants
+        channel = amax.max(axis=1) / 15.0
+        channel[channel == 0] = 1.0
+        ints = np.clip(np.ceil(amax / channel[:, None] - 1e-9), 1, 15).astype(np.int64)
+        # channel × integer: at most 15 distinct values a channel, so the (channels × blocks)-long tuple
+        # shares 15 float objects a channel instead of holding one each (1.7B 4-bit weights in blocks of
+        # 32 are 53M scales: 1.7 GB as separate floats)
+        table = (channel[:, None] * np.arange(16, dtype=np.float64)).tolist()
+        scale = tuple(x for row, r in zip(table, ints.tolist()) for x in map(row.__getitem__, r))
+        q = Quant(scale, (0,) * len(scale), axis=out_axis, bitwidth=bits if bits < 8 else None, symmetric=True,
+                  block_size=block, block_axis=in_axis)
+    else:
+        amax = _amax(w, out_axis, in_axis, None)
+        if not per_channel:
+            amax = np.full(1, amax.max())
+        scale = np.where(amax > 0, amax / top, 1.0)
+        q = Quant(scale, [0] * len(scale), axis=out_axis if per_channel else None,
+                  bitwidth=bits if bits < 8 else None, symmetric=True)
+    return q, quantize_rows(w, q, np.dtype(np.int8))
+
+
+def quantize_rows(w: np.ndarray, q: Quant, dtype: np.dtype) -> np.ndarray:
+    """quantize_real, reading the weight a slice of rows at a time (an encoding along axis 0, per
+    channel or in blocks, is sliced with it)."""
+    if w.ndim < 2 or q.axis not in (None, 0):
+        return quantize_real(np.asarray(w, np.float32), q, dtype)
+    per_row = len(q.scale) // w.shape[0] if q.axis == 0 else 0  # entries per channel: 1, or its blocks
+    out = np.empty(w.shape, dtype)
+    for i, j in _row_slices(w.shape):
+        sub = q if q.axis is None else attrs.evolve(q, scale=q.scale[i * per_row:j * per_row],
+                                                    zero_point=q.zero_point[i * per_row:j * per_row])
+        out[i:j] = quantize_real(_rows(w, i, j), sub, dtype)
+    return out
+
+
+def bias_encoding(b: np.ndarray) -> tuple[Quant, np.ndarray]:
+    """32-bit symmetric per tensor."""
+    b = np.asarray(b, np.float32)
+    amax = float(np.abs(b).max()) if b.size else 0.0
+    q = Quant([amax / (2**31 - 1) if amax > 0 else 1.0], [0], symmetric=True)
+    return q, quantize_real(b, q, np.dtype(np.int32))
+
+
+def param_encoding(data: np.ndarray, bits: int) -> tuple[Quant, np.ndarray]:
+    """Any other float constant (norm weights, embedding tables, scalars): per tensor, unsigned and
+    asymmetric like activations, over its own range."""
+    lo, hi = np.inf, -np.inf
+    if data.ndim == 0:
+        arr = np.asarray(data, np.float32)
+        lo, hi = float(arr), float(arr)
+    else:
+        for i, j in _row_slices(data.shape):
+            part = _rows(data, i, j)
+            lo, hi = min(lo, float(part.min())), max(hi, float(part.max()))
+    dtype, q = act_encoding(lo, hi, bits)
+    if data.ndim == 0:  # (as one element: quantize_real's 0-d path trips on numpy scalars)
+        return q, quantize_real(np.asarray(data, np.float32).reshape(1), q, dtype).reshape(())
+    out = np.empty(data.shape, dtype)
+    for i, j in _row_slices(data.shape):
+        out[i:j] = quantize_real(_rows(data, i, j), q, dtype)
+    return q, out
