@@ -16,8 +16,10 @@ Sources: `.npy` files (memory-mapped) and tensors in `.safetensors` files
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
