@@ -438,7 +438,9 @@ def run_case(case: Case, backends: tuple[str, ...], rules: Any, seed: int = 0) -
             want_state[t + STATE_SUFFIX] = ref_args[list(sig.user_inputs).index(t)].numpy()
         for b in backends:
             try:
-                result = qlower.lower(graph, rules, backend=b)
+                # each backend lowers its own copy: lowering the same Graph for CPU and then HTP can
+                # pick rules the first lowering decided (seen with acos), an engine issue of its own
+                result = qlower.lower(graph.copy(), rules, backend=b)
                 result.raise_for_errors()
             except QlowerError as exc:
                 d = exc.diagnostics[0]
