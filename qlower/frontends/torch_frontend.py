@@ -10,7 +10,14 @@ graph is then constant-folded with ATen itself, so masks built from arange,
 cumsum and comparisons, and rotary tables, arrive as static tensors as QNN
 needs. Tensors without elements are constants too (they drop out of `cat`).
 `unbind` arrives as one `select` per result, and `max_pool*_with_indices` whose
-indices nothing reads as `max_pool*`. Shapes must be static: export without
+indices nothing reads as `max_pool*`. State a program updates in place (a KV cache
+through `index_put_`/`index_copy_`, a user input through `relu_`) becomes a graph input
+holding the value before and a graph output holding the value after, named
+`<state>` and `<state>__updated` (`STATE_SUFFIX`), after the user's own inputs and
+outputs: the runtime feeds one call's `__updated` output as the next call's input.
+Binary pointwise ops whose tensor operands differ in dtype get them cast to the
+dtype ATen's type promotion computes in (`aten._to_copy`), as the exported program
+computed; QNN's elementwise ops take one dtype. Shapes must be static: export without
 `dynamic_shapes`. Data-dependent sizes that torch.export leaves symbolic (`item()`
 of a tensor computed from constants only, such as the attention-window bounds of
 Qwen2.5-VL's vision tower that `torch.split` reads with `.tolist()`) are computed
@@ -36,6 +43,8 @@ from qlower.reference.aten_kernels import NARROWED, AtenKernels, AtenOps, Signat
 from qlower.reference.spec import KernelError, OutSpec
 
 _CATEGORY = {"b": 0, "i": 1, "u": 1, "f": 2}
+STATE_SUFFIX = "__updated"  # the graph output holding a mutated buffer's or input's new value
+_NOT_PROMOTED = frozenset({"condition", "mask"})  # pointwise operands that select rather than compute
 _DEFAULT_OF_CATEGORY = {0: "bool", 1: "int32", 2: "float32"}
 
 
@@ -238,6 +247,10 @@ class _Importer:
         self.symbols: dict[Any, int] = {}  # unbacked size symbol (u0, ...) → its value
         self.quant: Any = None  # torch_quant.QuantPlan of a pt2e-quantized program
         self.by_name: dict[str, Any] = {}  # fx node name → fx node
+        sig = ep.graph_signature
+        self.mutated = set(sig.buffers_to_mutate.values())  # buffer targets the program writes
+        self.state_inputs: dict[str, Value] = {}  # mutated buffer target → its graph input (after the user's)
+        self.user_inputs: dict[str, Value] = {}  # user input name → its graph input
 
     def run(self, name: str) -> Graph:
         self.graph.name = name
@@ -263,7 +276,7 @@ class _Importer:
             else:
                 raise _fail(f"unsupported FX node kind {node.op} ({node.target})", subject=f"node {node.name}",
                             hint="re-export with torch.export.export(..., strict=False)")
-        self.graph.set_io(inputs, outputs)
+        self.graph.set_io(inputs + list(self.state_inputs.values()), outputs)
         return self.graph
 
     # ------------------------------------------------------------- values
@@ -327,6 +340,7 @@ class _Importer:
             if isinstance(val, self.torch.Tensor):
                 v = self._value(node.name, val)
                 inputs.append(v)
+                self.user_inputs[node.name] = v
                 self.env[node] = v
             elif node.users:
                 raise _fail(f"non-tensor input {node.name} ({type(val).__name__}) is used by the graph",
@@ -334,6 +348,13 @@ class _Importer:
             return
         if kind not in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
             raise _fail(f"unsupported input kind {kind}", subject=f"input {node.name}")
+        if kind == "BUFFER" and spec.target in self.mutated:
+            # state the program updates: the value before is fed by the runtime, not a constant
+            v = self._value(node.name, val)
+            self.graph.rename_value(v, self._state_name(spec.target, v))
+            self.state_inputs[spec.target] = v
+            self.env[node] = v
+            return
         if not node.users or (self.quant is not None and node.name in self.quant.unread):
             return
         tensor = self.ep.state_dict.get(spec.target)
@@ -345,16 +366,42 @@ class _Importer:
         self.env[node] = self.graph.add_value(self.graph.fresh_value_name(node.name), data.dtype, data.shape,
                                               data=data)
 
+    def _state_name(self, target: str, v: Value) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in target)
+        return base if base == v.name or not self.graph.has_value(base) else self.graph.fresh_value_name(base)
+
     def _outputs(self, node: Any) -> list[Value]:
+        """The user's outputs, then one `<state>__updated` output per buffer or input mutated in place
+        (a copy when that value is also an output or the state's own input)."""
         specs = self.ep.graph_signature.output_specs
         outs: list[Value] = []
+        updates: list[tuple[str, Value, Any]] = []
         for spec, arg in zip(specs, node.args[0]):
-            if spec.kind.name != "USER_OUTPUT":
-                raise _fail(f"the program mutates {spec.target} in place ({spec.kind.name}); QNN graphs have no state",
+            kind = spec.kind.name
+            if kind not in ("USER_OUTPUT", "BUFFER_MUTATION", "USER_INPUT_MUTATION"):
+                raise _fail(f"the program updates {spec.target} in place ({kind}); only buffers and inputs "
+                            "become graph state (an input and an output)",
                             subject=f"output {getattr(arg, 'name', arg)}", code="mutation")
             v = self.env.get(arg)
             if not isinstance(v, Value):
                 raise _fail(f"output {arg} is not a tensor computed by the graph", subject="graph outputs")
+            if kind == "USER_OUTPUT":
+                outs.append(v)
+            else:
+                updates.append((spec.target, v, arg))
+        inputs = {id(x) for x in [*self.user_inputs.values(), *self.state_inputs.values()]}
+        for target, v, arg in updates:
+            before = self.state_inputs.get(target) or self.user_inputs.get(target)
+            if before is None:
+                raise _fail(f"the program updates {target} in place but it is not one of its inputs",
+                            subject=f"output {arg.name}", code="mutation")
+            name = before.name + STATE_SUFFIX
+            if any(v is o for o in outs) or id(v) in inputs or v.data is not None or self.graph.has_value(name):
+                copy = self.graph.add_value(self.graph.fresh_value_name(name), v.dtype, v.shape)
+                self.graph.add_op(self.graph.fresh_op_name(f"{arg.name}_state"), "aten.clone", [v], [copy], {})
+                v = copy
+            else:
+                self.graph.rename_value(v, name)
             outs.append(v)
         return outs
 
@@ -487,12 +534,48 @@ class _Importer:
                     operands.append(None)
                 else:
                     operands.append(None if x is None else self._operand(x, node.name))
+        self._promote(node, sig, operands, bound)
         peers = [v for v in operands if v is not None]
         for i, arg, x in scalars:
             operands[i] = self._scalar(x, peers, f"{node.name}_{arg}")
         while operands and operands[-1] is None:
             operands.pop()
         return operands, attrs_
+
+    def _promote(self, node: Any, sig: Signature, operands: list[Value | None], bound: Mapping[str, Any]) -> None:
+        """Cast the tensor operands of a pointwise op to the dtype ATen computes it in, when they differ
+        (`add(int32, float32)` adds in float32, `ne(bool, int32)` compares in int32): QNN's elementwise
+        ops take one dtype. Only where the result has that dtype (or is bool, for comparisons), so ops
+        that convert on purpose (true division of integers, masked_fill's value) keep their own rules."""
+        torch = self.torch
+        if torch.Tag.pointwise not in node.target.tags:
+            return
+        slots = [(i, a) for i, a in enumerate(a for a in sig.operands) if a.kind == "tensor"
+                 and a.name not in _NOT_PROMOTED and i < len(operands) and operands[i] is not None]
+        if len(slots) < 2 or len({operands[i].dtype for i, _ in slots}) < 2:
+            return
+        vals = [bound[a.name].meta.get("val") if hasattr(bound[a.name], "meta") else bound[a.name]
+                for a in (b for b in sig.operands if b.kind in ("tensor", "scalar")
+                          and b.name not in _NOT_PROMOTED) if bound.get(a.name) is not None]
+        if not all(isinstance(v, (torch.Tensor, bool, int, float)) for v in vals):
+            return
+        from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+        try:
+            common = dtype_name(elementwise_dtypes(*vals, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.NO_OPMATH)[1])
+        except Exception:  # noqa: BLE001 - torch refuses some mixes (complex); the op's own rule reports
+            return
+        result = node.meta.get("val")
+        rdt = dtype_name(result.dtype) if isinstance(result, torch.Tensor) else None
+        if rdt not in (common, "bool") or common not in DTYPE_NAMES:
+            return
+        for i, a in slots:
+            v = operands[i]
+            if v.dtype.name != common:
+                cast = self.graph.add_value(self.graph.fresh_value_name(f"{v.name}_{common}"), common, v.shape)
+                self.graph.add_op(self.graph.fresh_op_name(f"{node.name}_{a.name}_promote"), "aten._to_copy",
+                                  [v], [cast], {"dtype": common})
+                operands[i] = cast
 
     def _operand(self, x: Any, where: str) -> Value:
         v = self.env.get(x) if hasattr(x, "op") else None

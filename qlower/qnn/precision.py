@@ -71,8 +71,12 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
     for v in list(graph.inputs):
         if v.dtype != _F32 or not v.users or _keeps_f32(v, registry, backend):
             continue
+        # a Cast to an integer (or bool) reads the float32 input itself: through float16 first,
+        # 8.998 would round to 9 before the truncation to 8
+        users = [(u, i) for u, i in v.users if not _casts_to_integer(u)]
+        if not users:
+            continue
         nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
-        users = list(v.users)
         casts = _cast(graph, v, nv, f"{v.name}.to_f16", cast_rank)
         for user, idx in users:
             if user not in casts:
@@ -110,6 +114,10 @@ def _exact_output(v, registry, backend: str | None) -> bool:
     if not p.type.startswith("qnn.") or any(x is not None and x.dtype.kind == "f" for x in p.operands):
         return False
     return _slot_accepts(registry, backend, p.type[4:], "out", p.results.index(v), DataType.FLOAT_32)
+
+
+def _casts_to_integer(op) -> bool:
+    return op.type == "qnn.Cast" and op.results[0].dtype.kind in "biu" and op.results[0].quant is None
 
 
 def _saturate_f16(data: np.ndarray) -> np.ndarray:

@@ -257,6 +257,8 @@ def _to_torch(x: np.ndarray | None):
 def _to_numpy(t: Any, spec: OutSpec, op: str) -> np.ndarray:
     import torch
 
+    if t is None:  # an output the call's mask left undefined (the *_backward ops)
+        raise KernelError(f"{op}: a result is undefined")
     if t.dtype == torch.bfloat16:
         t = t.float()
     y = t.detach().cpu().numpy()
