@@ -18,9 +18,6 @@ units*, and this pass groups them the same way, before the graph is built:
   QuantizeLinears after it stay as ops, lowered to QNN Dequantize/Quantize at
   that boundary. A DequantizeLinear of a constant feeding such an op becomes
   the dequantized float constant.
-* A DequantizeLinear read only by a QuantizeLinear of its own (a change of
-  encoding) goes: the QuantizeLinear reads the quantized tensor and becomes a
-  QNN Convert, as onnxruntime's QNN EP fuses such a pair.
 * A range that absorbed a Relu or Clip (the quantizer drops them when the
   encoding clamps) needs nothing more: the quantized op's result saturates to
   its encoding, as onnxruntime's QuantizeLinear does.
@@ -323,12 +320,6 @@ class _Folder:
                     res.aliases[q.output[0]] = o
                     self.drop.add(id(q))
             renamed[id(n)] = self._renamed(n)
-        for q in self.nodes:  # DQ → Q alone: a requantization, Q reads the quantized tensor (a QNN Convert)
-            x = q.input[0] if is_qdq(q, _Q) else None
-            if x in self.dq_source and id(q) in self.q_params and id(q) not in self.drop \
-                    and x not in self.outputs and len(self.users.get(x, [])) == 1:
-                in_unit.add(id(q))
-                renamed[id(q)] = self._renamed(q)
         # 3. DequantizeLinears: gone where only node units read them; constants for float readers.
         for dq in self.nodes:
             y = dq.output[0] if is_qdq(dq, _DQ) else None
