@@ -58,6 +58,9 @@ class QdqResult:
     nodes: list[Any]  # the NodeProtos that stay (node units' inputs renamed to the quantized tensors)
     encodings: dict[str, tuple[np.dtype, Quant]] = attrs.Factory(dict)  # tensor → storage dtype, encoding
     aliases: dict[str, str] = attrs.Factory(dict)  # removed tensor → the tensor standing for it
+    # folded DQ output → the quantized tensor that node units read in its place (their inputs in `nodes`
+    # are renamed so already; a frontend mapping its own graph's operands reads it here)
+    sources: dict[str, str] = attrs.Factory(dict)
     quant_consts: dict[str, tuple[np.ndarray, Quant]] = attrs.Factory(dict)  # quantized constant data
     float_consts: dict[str, np.ndarray] = attrs.Factory(dict)  # dequantized constants float ops read
 
@@ -331,6 +334,7 @@ class _Folder:
                     res.float_consts[y] = data
                     self.drop.add(id(dq))
         res.nodes = [renamed.get(id(n), n) for n in self.nodes if id(n) not in self.drop]
+        res.sources = dict(self.dq_source)
         return res
 
     def _is_unit(self, n: Any) -> bool:

@@ -251,6 +251,7 @@ class _Importer:
         self.mutated = set(sig.buffers_to_mutate.values())  # buffer targets the program writes
         self.state_inputs: dict[str, Value] = {}  # mutated buffer target → its graph input (after the user's)
         self.user_inputs: dict[str, Value] = {}  # user input name → its graph input
+        self.fold_values: dict[str, Value] = {}  # tensor of the quantize/dequantize fold → its Value
 
     def run(self, name: str) -> Graph:
         self.graph.name = name
@@ -305,20 +306,37 @@ class _Importer:
         t = t.detach().cpu()
         return (t.float() if t.dtype == self.torch.bfloat16 else t).contiguous().numpy()
 
+    def _fold_value(self, name: str) -> Value:
+        """The Value of a tensor of the fold (torch_quant): a quantized constant it made, or the FX
+        node's value that the name resolves to along the fold's aliases."""
+        q = self.quant
+        v = self.fold_values.get(name)
+        if v is not None:
+            return v
+        if name in q.result.quant_consts:
+            data, quant = q.result.quant_consts[name]
+            v = self.graph.add_value(self.graph.fresh_value_name(name), data.dtype, data.shape, quant=quant,
+                                     data=data)
+        elif name in q.result.float_consts and name not in q.kept:
+            data = q.result.float_consts[name]
+            v = self.graph.add_value(self.graph.fresh_value_name(name), data.dtype, data.shape, data=data)
+        else:
+            v = self.env[self.by_name[q.result.resolve(name)]]
+        self.fold_values[name] = v
+        return v
+
     def _quant_op(self, node: Any) -> None:
-        """A quantize/dequantize op of a pt2e program, as the fold decided (torch_quant)."""
+        """A quantize/dequantize op of a pt2e program, as the fold decided (torch_quant): a folded one
+        stands for its quantized constant, float constant, or the quantized tensor it reads or writes."""
         q = self.quant
         name = node.name
         if name not in q.kept:
-            if name in q.result.quant_consts:
-                data, quant = q.result.quant_consts[name]
-                self.env[node] = self.graph.add_value(self.graph.fresh_value_name(name), data.dtype, data.shape,
-                                                      quant=quant, data=data)
-            else:
-                self.env[node] = self.env[self.by_name[q.result.resolve(name)]]
+            folded = name if name in q.result.float_consts else q.result.sources.get(name, name)
+            self.env[node] = self._fold_value(folded)
             return
-        x = self.by_name[q.result.resolve(node.args[0].name)] if hasattr(node.args[0], "name") else None
-        operand = self._operand(x, name)
+        x = node.args[0] if hasattr(node.args[0], "name") else None
+        src = None if x is None else q.operand(name, x.name) or q.result.sources.get(name, x.name)
+        operand = self._fold_value(src) if src is not None else self._operand(x, name)
         result = self._value(name, node.meta.get("val"))
         if name in q.quantizes:
             if result.quant is None:
@@ -356,6 +374,9 @@ class _Importer:
             self.env[node] = v
             return
         if not node.users or (self.quant is not None and node.name in self.quant.unread):
+            return
+        if self.quant is not None and node.name in self.quant.result.quant_consts:
+            self.env[node] = self._fold_value(node.name)  # an integer constant that dequantize ops read
             return
         tensor = self.ep.state_dict.get(spec.target)
         if tensor is None:
@@ -578,6 +599,9 @@ class _Importer:
                 operands[i] = cast
 
     def _operand(self, x: Any, where: str) -> Value:
+        src = self.quant.operand(where, x.name) if self.quant is not None and hasattr(x, "name") else None
+        if src is not None:  # a node unit reads the quantized tensor in place of a folded dequantize op
+            return self._fold_value(src)
         v = self.env.get(x) if hasattr(x, "op") else None
         if not isinstance(v, Value):
             raise _fail(f"operand {x!r} is not a tensor of the graph", subject=f"node {where}",

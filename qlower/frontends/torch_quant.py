@@ -94,9 +94,16 @@ class QuantPlan:
     kept: frozenset[str]  # of those, the ones that stay as ops
     quantizes: frozenset[str]  # the kept ones that quantize (the others dequantize)
     unread: frozenset[str]  # lifted constants that only folded quantize/dequantize ops read
+    # op (a node unit, a requantizing quantize op) → its operands the fold renamed: dequantize op → the
+    # quantized tensor read instead
+    renamed: Mapping[str, Mapping[str, str]] = attrs.Factory(dict)
 
     def encoding(self, name: str) -> tuple[np.dtype, Quant] | None:
         return self.result.encodings.get(name)
+
+    def operand(self, op: str, arg: str) -> str | None:
+        """The fold's tensor that op `op` reads for its FX argument `arg` (None: the argument itself)."""
+        return self.renamed.get(op, {}).get(arg)
 
 
 def _storage(dtype_name: str, lo: int, hi: int, subject: str) -> tuple[np.dtype, int | None]:
@@ -291,11 +298,17 @@ def plan_quant(ep: Any, torch: Any, const_of: Any) -> QuantPlan | None:
             types[n.name] = (storage, types.get(n.name, (None, None))[1])
     res = fold_qdq(nodes, consts, types, inputs, outputs)
     _narrow(res, bitwidth, nodes)
+    before = {n.output[0]: n.input for n in nodes}
+    renamed = {}
+    for n in res.nodes:
+        old = before.get(n.output[0])
+        if old is not None and tuple(old) != tuple(n.input):
+            renamed[n.output[0]] = {a: b for a, b in zip(old, n.input) if a != b}
     kept_nodes = {n.output[0] for n in res.nodes if n.op_type in ("QuantizeLinear", "DequantizeLinear")}
     quantizes = {n.output[0] for n in res.nodes if n.op_type == "QuantizeLinear"}
     still_read = {i for n in res.nodes for i in n.input}
     unread = {name for name in const_nodes if name not in still_read}
-    return QuantPlan(res, frozenset(qdq), frozenset(kept_nodes), frozenset(quantizes), frozenset(unread))
+    return QuantPlan(res, frozenset(qdq), frozenset(kept_nodes), frozenset(quantizes), frozenset(unread), renamed)
 
 
 _NP = frozenset({"float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -316,10 +329,11 @@ def _narrow(res: QdqResult, bitwidth: Mapping[str, int], nodes: list[QdqNode]) -
     for n in nodes:  # a quantized constant or tensor named after the Q/DQ op, or its input
         if n.output[0] in bitwidth and n.op_type == "DequantizeLinear":
             bw.setdefault(n.input[0], bitwidth[n.output[0]])
+    links = list(res.aliases.items()) + list(res.sources.items())
     changed = True
-    while changed:  # along the fold's aliases, both ways (t stands for x', x for t)
+    while changed:  # along the fold's aliases and DQ sources, both ways (t stands for x', x for t)
         changed = False
-        for k, v in res.aliases.items():
+        for k, v in links:
             for a, b in ((k, v), (v, k)):
                 if a in bw and b not in bw:
                     bw[b] = bw[a]

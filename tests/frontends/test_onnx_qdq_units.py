@@ -154,6 +154,33 @@ def test_float_op_between_units_gets_dequantize_and_quantize():
     assert all(v.quant is None for v in add.operands) and add.results[0].quant is None
 
 
+def test_dequantize_read_only_by_a_quantize_is_a_requantization(onnx_rules):
+    """DQ → Q of another encoding (uint8 → uint16), no op between: two Q/DQ node units the fold keeps,
+    which the rules lower together to a QNN Convert (onnxruntime's QNN EP fuses the pair alike)."""
+    inits = [_arr("s", 0.05), nh.from_array(np.array(10, np.uint8), "z"), _arr("s2", 0.001),
+             nh.from_array(np.array(30000, np.uint16), "z2")]
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             h.make_node("QuantizeLinear", ["xd", "s2", "z2"], ["x16"]),
+             h.make_node("DequantizeLinear", ["x16", "s2", "z2"], ["x16d"]),
+             h.make_node("Relu", ["x16d"], ["r16"]), h.make_node("QuantizeLinear", ["r16", "s2", "z2"], ["rq"]),
+             h.make_node("DequantizeLinear", ["rq", "s2", "z2"], ["y"])]
+    m = _model(nodes, [("x", T.FLOAT, [2, 3])], [("y", T.FLOAT, [2, 3])], inits)
+    g = load_onnx(m)
+    kinds = [op.type for op in g.topo_order()]
+    assert kinds == ["onnx.QuantizeLinear", "onnx.DequantizeLinear", "onnx.QuantizeLinear", "onnx.Relu",
+                     "onnx.DequantizeLinear"]
+    dq = next(op for op in g.topo_order() if op.type == "onnx.DequantizeLinear")
+    assert dq.operands[0].dtype == np.uint8 and dq.results[0].quant is None
+    result = qlower.lower(g, onnx_rules, backend="htp", float16=False)
+    result.raise_for_errors()
+    counts = result.qnn_op_counts()
+    assert counts.get("Convert") == 1 and counts.get("Dequantize") == 1 and counts.get("Quantize") == 1
+    x = np.random.default_rng(2).uniform(-0.6, 5, (2, 3)).astype(np.float32)
+    got = run_dequantized(result.qnn, {"x": x})["y"]
+    assert np.max(np.abs(got - _ort_run(m, {"x": x}))) <= 1.0001 * 0.001
+
+
 def _int4_model(domain_opset):
     """int4 weights (packed two per byte in the model) behind a DequantizeLinear, per axis."""
     import ml_dtypes

@@ -141,8 +141,9 @@ def test_requantization_keeps_both_encodings(rules) -> None:
     x = torch.linspace(-3, 3, 40).reshape(5, 8)
     ep = _export(_Requant(), x)
     g = load_exported(ep)
-    assert [op.type for op in g.topo_order()] == ["aten.quantize_encoded", "aten.quantize_encoded", "aten.relu",
-                                                   "aten.dequantize_encoded"]
+    # the dequantize → quantize pair stays (two Q/DQ node units, as for ONNX); the rules make it a Convert
+    assert [op.type for op in g.topo_order()] == ["aten.quantize_encoded", "aten.dequantize_encoded",
+                                                   "aten.quantize_encoded", "aten.relu", "aten.dequantize_encoded"]
     got, result = _lowered(ep, rules, (x,))
     assert "Convert" in result.qnn_op_counts()
     want = ep.module()(x).numpy()
@@ -169,8 +170,11 @@ def test_a_computed_tensor_on_a_range_qnn_does_not_saturate_to_is_refused() -> N
 
 def test_symmetric_int16_range_is_int16() -> None:
     g = load_exported(_export(_Narrow(-32767, 32767, torch.int16), torch.randn(2, 4)))
+    # relu reads a float input (no dequantize): outside a node unit, it stays float before the quantize op
     relu = next(op for op in g.topo_order() if op.type == "aten.relu")
-    assert relu.results[0].dtype == np.int16 and relu.results[0].quant.zero_point == (0,)
+    q = next(op for op in g.topo_order() if op.type == "aten.quantize_encoded")
+    assert relu.results[0].dtype == np.float32 and q.operands[0] is relu.results[0]
+    assert q.results[0].dtype == np.int16 and q.results[0].quant.zero_point == (0,)
 
 
 class _Dynamic(torch.nn.Module):
