@@ -47,7 +47,7 @@ $(QUANT): $(STAMP)
 	else echo "make: could not install the quant extra (aimet-onnx, executorch, torchao): their tests will be skipped" >&2; fi
 
 test: $(STAMP) $(EDITORS) $(QUANT)
-	$(PY) -m pytest -q -p no:randomly
+	$(PY) -m pytest -q -p no:randomly -n 2
 
 bench: $(STAMP)
 	$(PY) bench/run_bench.py

@@ -513,7 +513,7 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
     graph.detach_op(root)
     real: dict[int, Value] = {}
     for nv in plan.values:
-        v = graph.add_value(graph.fresh_value_name(f"{base}.{nv.local}"), nv.dtype, nv.shape,
+        v = graph.add_value(graph.fresh_value_name(_child_name(base, nv.local)), nv.dtype, nv.shape,
                             quant=nv.quant, data=nv.data)
         real[id(nv)] = v
 
@@ -530,7 +530,7 @@ def commit(graph: Graph, plan: Plan, env: Env, rule: CompiledRule, backend_note:
             name = graph.fresh_op_name(base)
             root_name_free = False
         else:
-            name = graph.fresh_op_name(f"{base}.{op.local}")
+            name = graph.fresh_op_name(_child_name(base, op.local))
         created.append(graph.add_op(name, op.type, [resolve(a) for a in op.args], results, op.attrs, prov))
     for target, src in plan.aliases:
         graph.replace_uses(target, resolve(src))
@@ -567,6 +567,19 @@ def _renamable(src: Any, target: Value) -> bool:
             and src.data is None and src.dtype == target.dtype and src.shape == target.shape
             and src.quant == target.quant)
 
+
+
+def _child_name(base: str, local: str) -> str:
+    """The name hint of what a rule emits as `local` in place of the op `base`: `base.local`, except
+    where `base` is itself such a child (`base` = `stem.local` or `stem.local_7`, a rule that re-matches
+    its own output, as an unrolled loop does): then `stem.local` again, numbered by the graph, so names
+    stay short however many times the rule fires (they grew by one `.local` an application before)."""
+    stem, sep, suffix = base.rpartition("_")
+    if not (sep and suffix.isdigit()):
+        stem = base
+    if stem.endswith("." + local):
+        return stem
+    return f"{base}.{local}"
 
 def _origins(matched: list[tuple[Op, bool]]) -> tuple[str, ...]:
     """The input-graph nodes behind the matched ops (an op an earlier rule emitted stands for its sources)."""

@@ -46,7 +46,22 @@ def test_bf16_safetensors_read_exactly(tmp_path_factory, rows, cols, seed):
 
 
 def test_bf16_reference_survives_save(tmp_path):
-    """Saving keeps the BF16 tensor a reference (no float32 copy written), and it loads back the same."""
+    """Saving keeps the BF16 tensor a reference (no float32 copy written) while the checkpoint lies in
+    the saved file's folder, and it loads back the same."""
+    w = torch.randn(8, 4).to(torch.bfloat16)
+    (tmp_path / "ckpt").mkdir()
+    safetensors_torch.save_file({"w": w}, str(tmp_path / "ckpt" / "w.safetensors"))
+    (tmp_path / "ckpt" / "g.json").write_text(json.dumps(_graph(tmp_path, "float32", [8, 4])))
+    out = tmp_path / "h.json"
+    save_graph(load_graph(tmp_path / "ckpt" / "g.json"), out)
+    doc = json.loads(out.read_text())
+    assert doc["tensors"]["w"]["data"] == {"safetensors": "ckpt/w.safetensors", "key": "w"}
+    np.testing.assert_array_equal(np.asarray(load_graph(out).value("w").data), w.float().numpy())
+
+
+def test_bf16_saved_away_from_its_checkpoint_carries_the_data(tmp_path):
+    """A reference out of the saved file's folder would be refused on load (docs/security.md), so the
+    widened values go in instead, and they load back the same."""
     w = torch.randn(8, 4).to(torch.bfloat16)
     safetensors_torch.save_file({"w": w}, str(tmp_path / "w.safetensors"))
     (tmp_path / "g.json").write_text(json.dumps(_graph(tmp_path, "float32", [8, 4])))
@@ -54,7 +69,7 @@ def test_bf16_reference_survives_save(tmp_path):
     out.parent.mkdir()
     save_graph(load_graph(tmp_path / "g.json"), out)
     doc = json.loads(out.read_text())
-    assert doc["tensors"]["w"]["data"] == {"safetensors": "../w.safetensors", "key": "w"}
+    assert "safetensors" not in json.dumps(doc["tensors"]["w"])
     np.testing.assert_array_equal(np.asarray(load_graph(out).value("w").data), w.float().numpy())
 
 
