@@ -26,7 +26,8 @@ import numpy as np
 
 from qlower.diagnostics import Diagnostic, Note, did_you_mean, error, warning
 from qlower.qnn.datatypes import DataType, to_numpy
-from qlower.qnn.model import PACKAGE, OpConfig, QnnTensor, ScalarParam, TensorParam, TensorType
+from qlower.qnn.model import PACKAGE, EncodingKind, OpConfig, QnnTensor, ScalarParam, TensorParam, TensorType
+from qlower.qnn import cexpr
 from qlower.qnn.constraints import Check
 from qlower.qnn.opdef import (
     ALL_CONFIGS, IODef, OpDef, OpDefRegistry, ParamDef, RankLimit, StaticRule, TargetSupplement, unknown_op,
@@ -82,6 +83,8 @@ class _Plan:
     rows: tuple[_Row, ...]
     row_params: frozenset[str]  # params some row constrains
     checks: tuple[Check, ...] = ()  # constraints-file checks other than static and default-only
+    reads_data: bool = False  # some check reads the data of static inputs (ops with one are checked one by one)
+    check_configs: tuple[frozenset[str], ...] = ()  # per check: the configs its bullet is documented under
     bindings: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
     matches: dict[tuple, tuple[frozenset[str], tuple | None]] = attrs.field(factory=dict)
 
@@ -124,8 +127,22 @@ def _plan(registry: OpDefRegistry, opdef: OpDef, backend: str) -> _Plan:
     rows = tuple(_Row(config, tuple({**fixed, **entries}.items())) for config, entries in raw)
     params = {p.name: p for p in opdef.params}
     row_params = frozenset(n for r in rows for n, _ in r.checks if n in params)
+    # one bullet documented under several configs is one check that applies under any of them
+    merged: dict[tuple, int] = {}
+    configs: list[set[str]] = []
+    kept: list[Check] = []
+    for c in others:
+        key = (c.ref, c.kind, c.target, c.when, repr(sorted(c.fields.items(), key=lambda kv: kv[0])))
+        if c.ref and key in merged:
+            configs[merged[key]].add(c.config)
+            continue
+        merged[key] = len(kept)
+        kept.append(c)
+        configs.append({c.config})
+    others = kept
+    reads_data = any("data(" in e.text for c in others for k in ("require", "if") if (e := c.get(k)) is not None)
     return _Plan(opdef, registry.supported(opdef.name, backend, opdef.package), params, param_dtypes, targets,
-                 rows, row_params, tuple(others))
+                 rows, row_params, tuple(others), reads_data, tuple(frozenset(x) for x in configs))
 
 
 @functools.cache
@@ -475,11 +492,12 @@ class _OpCheck:
             if pd is not None and pd.enum and isinstance(value, (int, np.integer)) and 0 <= value < len(pd.enum):
                 operation = pd.enum[int(value)]
         label = self.v.label
-        for c in plan.checks:
-            if not _applies({c.config}, matched):
+        env: cexpr.Env | None = None
+        for c, configs in zip(plan.checks, plan.check_configs):
+            if not _applies(configs, matched):
                 continue
             cond = f" (documented for {c.when})" if str(c.when) else ""
-            cfg = "" if c.config == ALL_CONFIGS else f" {c.config}"
+            cfg = "" if ALL_CONFIGS in configs else f" {'/'.join(sorted(configs))}"
             if c.kind == "operation":
                 if operation is None or not c.when.holds(operation, None, None):
                     continue
@@ -503,6 +521,14 @@ class _OpCheck:
                     noun = "input" if (c.target or "").startswith("in") else "output"
                     self.err(f"{noun}-count", f"{d.name} needs at least {c.get('min')} tensors for {c.target}, "
                                               f"got {n}")
+                continue
+            if c.kind in ("expr", "encoding"):
+                if env is None:
+                    env = self._env(plan, ins, outs, in0_rank)
+                if c.kind == "expr":
+                    self._expr(plan, c, env, bound, operation, cfg, cond)
+                else:
+                    self._encoding(plan, c, env, bound, operation, cfg, cond)
                 continue
             if c.kind == "value":
                 p = params.get(c.target)
@@ -556,6 +582,135 @@ class _OpCheck:
                         elif c.kind == "same_rank" and rank != len(other.dims):
                             self.err("rank", f"{where} has rank {rank} but must have the rank of {c.get('as')} "
                                              f"({len(other.dims)})")
+
+    # ------------------------------------------------------------ expressions and encodings
+
+    def _env(self, plan: _Plan, ins: list[QnnTensor | None], outs: list[QnnTensor | None],
+             in0_rank: int | None) -> cexpr.Env:
+        """The op as constraint expressions see it: params by value (enum params by name), defaults filled in."""
+        values: dict[str, Any] = {}
+        given = set()
+        for p in self.op.params:
+            pd = plan.params.get(p.name)
+            if pd is None:
+                continue
+            given.add(p.name)
+            v = p.value if isinstance(p, ScalarParam) else p.tensor.data
+            if v is not None:
+                values[p.name] = _enum_name(pd, v)
+        for pd in plan.opdef.params:
+            if pd.name not in values and pd.name not in given:
+                v = _default_value(pd, in0_rank)
+                if v is not _UNKNOWN and not (isinstance(v, tuple) and len(v) == 2 and v[0] == "fill"):
+                    values[pd.name] = _enum_name(pd, v)
+        entries: dict[str, list[QnnTensor]] = {}
+        for defs, tensors in ((plan.opdef.inputs, ins), (plan.opdef.outputs, outs)):
+            for t, di in zip(tensors, self._binding(plan, defs, len(tensors))):
+                if t is not None:
+                    entries.setdefault(defs[di].name, []).append(t)
+        dtypes = {p.name: (p.datatype if isinstance(p, ScalarParam) else p.tensor.datatype).name for p in self.op.params}
+        return cexpr.Env(ins, outs, values, frozenset(given), {k: tuple(v) for k, v in entries.items()}, dtypes)
+
+    def _report(self, c: Check, code: str, message: str) -> None:
+        """An error, or a warning for bullets the documentation words as what the backend expects."""
+        if c.get("severity") == "warning":
+            self.diags.append(warning(message, subject=self.subject, code=code))
+        else:
+            self.err(code, message)
+
+    def _expr_holds(self, e: cexpr.Expr | None, env: cexpr.Env) -> bool | None:
+        """Whether a condition holds; None when the graph lacks a value it needs (the check does not apply)."""
+        if e is None:
+            return True
+        try:
+            return bool(e(env))
+        except cexpr.Unknown:
+            return None
+        except Exception as exc:  # noqa: BLE001 - a faulty expression must not hide the other findings
+            self.diags.append(warning(f"constraint `{e.text}` could not be evaluated ({type(exc).__name__}: {exc}); "
+                                      "not checked", subject=self.subject, code="constraint-internal"))
+            return None
+
+    def _shown(self, exprs: Sequence[cexpr.Expr | None], env: cexpr.Env) -> str:
+        """The values the expressions read, for the message."""
+        parts: dict[str, None] = {}
+        for e in (x for x in exprs if x is not None):
+            for n in e.names:
+                if n in env.params:
+                    parts[f"{n} = {_show(env.params[n])}"] = None
+            for slot in e.slots:
+                kind, _, i = slot[:-1].partition("[")
+                seq = env.inputs if kind == "in" else env.outputs
+                if i.isdigit() and int(i) < len(seq) and seq[int(i)] is not None:
+                    t = seq[int(i)]
+                    values = f" = {_show(t.data)}" if t.data is not None and t.data.size <= 8 else ""
+                    parts[f"{slot} `{self.name(kind, int(i), t.name)}` {list(t.dims)} {t.datatype.name}{values}"] = None
+                elif ".." in i:
+                    parts[f"{len(env.entries.get(slot, ()))} tensors for {slot}"] = None
+            if e.uses_n and env.inputs and env.inputs[0] is not None:
+                parts[f"N = {len(env.inputs[0].dims)}"] = None
+        return "; got " + ", ".join(parts) if parts else ""
+
+    def _expr(self, plan: _Plan, c: Check, env: cexpr.Env, bound: Mapping[str, list[tuple[str, int, QnnTensor]]],
+              operation: str | None, cfg: str, cond: str) -> None:
+        t = next(iter(bound.get(c.target or "", [])), None)
+        dt, rank = (t[2].datatype, len(t[2].dims)) if t else (None, None)
+        if not c.when.holds(operation, dt, rank) or not self._expr_holds(c.get("if"), env):
+            return
+        req: cexpr.Expr = c.get("require")
+        if self._expr_holds(req, env) is False:
+            where = "QNN" if c.get("_master") else self.v.label
+            cond_if = f" when {c.get('if').text}" if c.get("if") is not None else ""
+            self._report(c, "constraint", f"{plan.opdef.name} on {where}{cfg} requires {c.get('says')} "
+                                   f"({req.text}{cond_if}){cond}{self._shown((req, c.get('if')), env)}")
+
+    def _encoding(self, plan: _Plan, c: Check, env: cexpr.Env, bound: Mapping[str, list[tuple[str, int, QnnTensor]]],
+                  operation: str | None, cfg: str, cond: str) -> None:
+        if not self._expr_holds(c.get("if"), env):
+            return
+        label, op = self.v.label, plan.opdef.name
+        cond_if = f" when {c.get('if').text}" if c.get("if") is not None else ""
+        for kind, i, t in bound.get(c.target or "", []):
+            if not c.when.holds(operation, t.datatype, len(t.dims)) or "FIXED_POINT" not in t.datatype.name:
+                continue
+            where = f"{kind}[{i}] `{self.name(kind, i, t.name)}` ({t.datatype.name})"
+            tail = f" on {label}{cfg}{cond}{cond_if}"
+            enc = t.encoding if t.encoding is not None and t.encoding.kind != EncodingKind.UNDEFINED else None
+            if enc is None:
+                if c.get("defined"):
+                    self.err("encoding", f"{where} has no quantization encoding; {op} requires a defined encoding"
+                                         f"{tail}")
+                continue
+            problems = []
+            kinds, forbidden = c.get("kinds"), c.get("forbidden_kinds") or frozenset()
+            if (kinds is not None and enc.kind.name not in kinds) or enc.kind.name in forbidden:
+                want = " or ".join(sorted(kinds)) if kinds is not None else f"not {enc.kind.name}"
+                problems.append(f"has a {enc.kind.name} encoding; {op} requires {want}")
+            if c.get("signed") and not t.datatype.name.startswith("SFIXED"):
+                problems.append(f"is unsigned; {op} requires signed (SFIXED_POINT) quantization")
+            if c.get("symmetric") and not cexpr.FUNCS["symmetric"](t):
+                problems.append(f"is quantized asymmetrically (offsets {_few(enc.offsets)}); {op} requires symmetric "
+                                "quantization")
+            if "offset" in c.fields and any(o != c.get("offset") for o in enc.offsets):
+                problems.append(f"has offset {_few(enc.offsets)}; {op} requires offset {c.get('offset')}")
+            if "scale" in c.fields and not all(math.isclose(x, c.get("scale"), rel_tol=1e-6, abs_tol=0.0)
+                                               for x in enc.scales):
+                problems.append(f"has scale {_few(enc.scales)}; {op} requires scale {c.get('scale'):.9g}")
+            if "axis" in c.fields and enc.per_axis and enc.axis is not None:
+                r = len(t.dims)
+                want = r - 1 if c.get("axis") == "N-1" else c.get("axis") % max(r, 1)
+                if enc.axis % max(r, 1) != want:
+                    problems.append(f"is quantized per axis {enc.axis}; {op} requires per-axis quantization on "
+                                    f"axis {want} (the channel axis)")
+            other = c.get("same_as")
+            if other:
+                for okind, oi, o in bound.get(other, [])[:1]:
+                    if not cexpr.FUNCS["same_quant"](t, o):
+                        problems.append(f"is quantized differently from {okind}[{oi}] "
+                                        f"`{self.name(okind, oi, o.name)}`; {op} requires the same quantization "
+                                        f"encoding")
+            for text in problems:
+                self._report(c, "encoding", f"{where} {text}{tail}")
 
     # ------------------------------------------------------------ shapes
 
@@ -643,6 +798,17 @@ def _bound(value: Any, in0_rank: int | None) -> float | None:
         return None if in0_rank is None else in0_rank
     if value == "N-1":
         return None if in0_rank is None else in0_rank - 1
+    return value
+
+
+def _few(values: Sequence[Any]) -> str:
+    shown = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in list(values)[:4])
+    return shown + (", ..." if len(values) > 4 else "")
+
+
+def _enum_name(pd: ParamDef, value: Any) -> Any:
+    if pd.enum and isinstance(value, (int, np.integer)) and not isinstance(value, bool) and 0 <= value < len(pd.enum):
+        return pd.enum[int(value)]
     return value
 
 

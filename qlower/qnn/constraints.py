@@ -17,7 +17,9 @@ from typing import Any
 import attrs
 
 from qlower.diagnostics import Diagnostic, error
+from qlower.qnn import cexpr
 from qlower.qnn.datatypes import DataType
+from qlower.qnn.model import EncodingKind
 
 SCHEMA = "qlower-opdef-constraints/1"
 ALL_BACKENDS = "all"
@@ -36,8 +38,14 @@ KINDS = {
     "same_datatype": (("as",), ()),
     "same_rank": (("as",), ()),
     "same_shape": (("as",), ()),
+    # a relation over the op's tensors and params (qlower.qnn.cexpr), under an optional condition
+    "expr": (("require", "says"), ("if", "severity")),
+    # a quantization-encoding requirement on one tensor
+    "encoding": ((), ("kinds", "forbidden_kinds", "symmetric", "signed", "offset", "scale", "axis", "same_as",
+                      "defined", "if", "severity")),
 }
-_NEEDS_TARGET = set(KINDS) - {"operation"}
+_NEEDS_TARGET = set(KINDS) - {"operation", "expr"}
+ENCODING_KINDS = tuple(k.name for k in EncodingKind if k != EncodingKind.UNDEFINED)
 WHEN_KEYS = ("operations", "except_operations", "datatypes", "except_datatypes", "min_rank", "max_rank")
 _MAX_BYTES = 64 * 1024 * 1024
 
@@ -216,6 +224,37 @@ class _Checker:
             if kind == "value" and key in fields and not (isinstance(v, (int, float, bool))
                                                            or (isinstance(v, str) and v in ("N", "N-1"))):
                 self.fail(f"{path}.{key}", f"expected a number, true/false, \"N\" or \"N-1\", got {v!r}")
+        for key in ("require", "if"):
+            if key in fields:
+                try:
+                    fields[key] = cexpr.parse(fields[key])
+                except cexpr.ExprError as exc:
+                    self.fail(f"{path}.{key}", str(exc))
+                    fields.pop(key)
+        if fields.get("severity", "error") not in ("error", "warning"):
+            self.fail(f"{path}.severity", f"expected \"error\" or \"warning\", got {fields['severity']!r}")
+        if kind == "expr" and "says" in fields:
+            self.string(fields["says"], f"{path}.says")
+        if kind == "encoding":
+            for key in ("kinds", "forbidden_kinds"):
+                for x in self.lst(fields.get(key, []), f"{path}.{key}"):
+                    if x not in ENCODING_KINDS:
+                        self.fail(f"{path}.{key}", f"unknown encoding kind {x!r} (expected one of "
+                                                   f"{', '.join(ENCODING_KINDS)})")
+                if key in fields:
+                    fields[key] = frozenset(fields[key])
+            for key in ("symmetric", "signed", "defined"):
+                if key in fields and not isinstance(fields[key], bool):
+                    self.fail(f"{path}.{key}", f"expected true or false, got {fields[key]!r}")
+            for key in ("offset", "scale"):
+                v = fields.get(key)
+                if key in fields and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    self.fail(f"{path}.{key}", f"expected a number, got {v!r}")
+            v = fields.get("axis")
+            if "axis" in fields and not (v == "N-1" or (isinstance(v, int) and not isinstance(v, bool))):
+                self.fail(f"{path}.axis", f"expected an integer or \"N-1\" (the target's last axis), got {v!r}")
+            if "same_as" in fields:
+                self.string(fields["same_as"], f"{path}.same_as")
         if "ranks" in fields:
             fields["ranks"] = frozenset(self.integer(x, f"{path}.ranks") for x in self.lst(fields["ranks"], f"{path}.ranks"))
         when = self.when(c["when"], f"{path}.when") if "when" in c else When()

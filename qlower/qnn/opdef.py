@@ -627,7 +627,10 @@ class _Builder:
                 continue
             known = {io.name for io in d[0].inputs + d[0].outputs} | {p.name for p in d[0].params}
             named = {n for _, entries in oc.rows for n, _ in entries}
-            named |= {x for c in oc.checks for x in (c.target, c.get("as")) if x}
+            named |= {x for c in oc.checks for x in (c.target, c.get("as"), c.get("same_as")) if x}
+            named |= {n for c in oc.checks for k in ("require", "if") if c.get(k) is not None for n in c.get(k).names}
+            named |= {n for c in oc.checks for k in ("require", "if") if c.get(k) is not None for n in c.get(k).slots
+                      if ".." in n}
             for name in sorted(named - known):
                 self.diags.append(error(f"constraints of {op} on {backend} name unknown entry `{name}`",
                                         subject=path, hint=did_you_mean(name, known), code="constraints-file"))

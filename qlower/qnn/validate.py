@@ -34,6 +34,7 @@ from qlower.qnn.table import ABSENT, UNKNOWN, OpKind, QnnTable, table_of
 # In a cached finding, a tensor's name is this placeholder (kind "in"/"out", position), filled per node.
 _NAME_SLOT = re.compile("\x00(in|out)([0-9]+)\x00")
 _OWN = (None,)  # the findings of a kind whose ops are checked one by one
+_OWN_DATA = (None, None)  # ... because checks read its static inputs' data (no sharing by param data either)
 
 
 @contextmanager
@@ -121,8 +122,8 @@ class _Validator:
             k = op_kind[i]
             f = found[k]
             op = table.op(i, *at)
-            if f is _OWN:
-                key = _data_key(k, table.op_params.get(i, ()))
+            if f is _OWN or f is _OWN_DATA:
+                key = None if f is _OWN_DATA else _data_key(k, table.op_params.get(i, ()))
                 f = per_data.get(key) if key is not None else None
                 if f is None:
                     if index is None:
@@ -139,7 +140,7 @@ class _Validator:
     def kind(self, table: QnnTable, kind: OpKind) -> tuple[Diagnostic, ...]:
         """The findings of every op of `kind` as templates (tensors named by slot), or `_OWN` when its ops
         need checking one by one (tensor params, whose data the checks read; names that could pass for
-        slots)."""
+        slots, static inputs whose data a check reads)."""
         if kind.tensor_params or _slot_like(kind):
             return _OWN
         tensors: dict[str, QnnTensor] = {}
@@ -147,6 +148,10 @@ class _Validator:
         outs = [self._stand_in(table, k, f"\x00out{i}\x00", tensors) for i, k in enumerate(kind.outputs)]
         op = OpConfig("\x00node\x00", kind.type, ins, outs, list(kind.params), kind.package, kind.provenance,
                       Origin(kind.rule, kind.location) if kind.origin else None)
+        plan = self.plan(op)
+        if plan is not None and plan.reads_data and any(
+                k not in (ABSENT, UNKNOWN) and table.tensor_kinds[k].static for k in kind.inputs):
+            return _OWN_DATA  # its checks read the data of its static inputs, which a kind does not have
         return self._checked(op, tensors, template=True)
 
     @staticmethod
