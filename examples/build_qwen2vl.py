@@ -49,7 +49,9 @@ framework-style (real = scale * (q - zero_point)).
     zero_point 0, from the bias's own range. (HTP's "bias scale = input scale x
     weight scale" convention is left to the lowering: it needs the activation
     encoding and is a per-channel requantization the lowering can do exactly.)
-  * Norm parameters (LayerNorm gamma/beta, RMSNorm gamma) and the 1/sqrt(d)
+  * LayerNorm gamma: uint16, symmetric (zero point 32768), per tensor, scale =
+    max|gamma| / 32767 (HTP takes a 16-bit LayerNorm weight only symmetric).
+  * Other norm parameters (LayerNorm beta, RMSNorm gamma) and the 1/sqrt(d)
     scalar: uint16, asymmetric, per tensor, from their own range.
   * Every non-constant tensor (graph inputs and outputs included): uint16,
     asymmetric, per tensor, from the min/max seen when running the float graph
@@ -340,6 +342,14 @@ def _weight_quant(w: np.ndarray) -> tuple[Quant, np.ndarray]:
     return q, _quantize_array(w, q, np.dtype(np.int8))
 
 
+def _norm_weight_quant(w: np.ndarray) -> tuple[Quant, np.ndarray]:
+    """uint16 symmetric per tensor (zero point 32768): HTP's LayerNorm takes a 16-bit gamma only
+    symmetric (its supplement's "16bit Weight must be symmetric")."""
+    amax = float(np.max(np.abs(w)))
+    q = Quant([amax / 32767 if amax > 0 else 1.0], [32768], symmetric=True)
+    return q, _quantize_array(w, q, ACT_DTYPE)
+
+
 def _bias_quant(b: np.ndarray) -> tuple[Quant, np.ndarray]:
     """int32 symmetric per tensor, from the bias's own range."""
     amax = float(np.max(np.abs(b.astype(np.float64))))
@@ -353,7 +363,12 @@ def quantize_w8a16(graph: Graph, ranges: Mapping[str, tuple[float, float]], name
     for op in graph.ops:
         for i, v in enumerate(op.operands):
             if v is not None and v.is_const:
-                roles[v.name] = ("weight" if i == 1 else "bias") if op.type == "mllm.Linear" else "param"
+                if op.type == "mllm.Linear":
+                    roles[v.name] = "weight" if i == 1 else "bias"
+                elif op.type == "mllm.LayerNorm" and i == 1:
+                    roles[v.name] = "norm_weight"
+                else:
+                    roles[v.name] = "param"
 
     # Activation encodings, in execution order so data-movement results can inherit.
     act: dict[str, Quant] = {v.name: _uint16_for(*ranges[v.name]) for v in graph.inputs}
@@ -373,6 +388,8 @@ def quantize_w8a16(graph: Graph, ranges: Mapping[str, tuple[float, float]], name
                 enc, data = _weight_quant(v.data)
             elif role == "bias":
                 enc, data = _bias_quant(v.data)
+            elif role == "norm_weight":
+                enc, data = _norm_weight_quant(v.data)
             else:
                 enc = _uint16_for(float(np.min(v.data)), float(np.max(v.data)))
                 data = _quantize_array(v.data, enc, ACT_DTYPE)

@@ -266,3 +266,14 @@ def test_full_size_structure():
     assert g.value("attn.v_repeat.out").shape == (1, 32, 12, 128)
     assert g.op("input_layernorm").attrs == {"epsilon": 1e-6, "add_unit_offset": False}
     assert not g.has_value("attn.o_proj.bias") and g.has_value("attn.q_proj.bias")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lowers_and_validates_for_htp(built, name):
+    """What `make demo` lowers: every example graph lowers for HTP and validates clean (the w8a16
+    vision block's LayerNorm gamma must be 16-bit symmetric there, which the demo once missed)."""
+    import qlower
+
+    out, _ = built
+    res = qlower.lower(_load(out, name), qlower.load_rules(packs=["mllm"]), backend="htp")
+    assert res.ok, [str(e) for e in res.errors]
