@@ -568,7 +568,6 @@ def _renamable(src: Any, target: Value) -> bool:
             and src.quant == target.quant)
 
 
-
 def _child_name(base: str, local: str) -> str:
     """The name hint of what a rule emits as `local` in place of the op `base`: `base.local`, except
     where `base` is itself such a child (`base` = `stem.local` or `stem.local_7`, a rule that re-matches
@@ -580,6 +579,7 @@ def _child_name(base: str, local: str) -> str:
     if stem.endswith("." + local):
         return stem
     return f"{base}.{local}"
+
 
 def _origins(matched: list[tuple[Op, bool]]) -> tuple[str, ...]:
     """The input-graph nodes behind the matched ops (an op an earlier rule emitted stands for its sources)."""

@@ -386,19 +386,10 @@ def test_shipped_expressions_evaluate_on_drawn_instances(registry: OpDefRegistry
     @given(op_case(opdef))
     def check(case) -> None:
         inputs, params = case
-        g = QnnGraph("g")
-        names = []
-        for i, a in enumerate(inputs):
-            if a is None:
-                names.append("")
-                continue
-            dt = _NP_TO_QNN.get(a.dtype.name, D.FLOAT_32)
-            names.append(g.add_tensor(QnnTensor(f"x{i}", TensorType.STATIC, dt, a.shape, None, a)).name)
+        ins = [None if a is None else T(_NP_TO_QNN.get(a.dtype.name, D.FLOAT_32), a.shape, data=a) for a in inputs]
         first = next((a for a in inputs if a is not None), np.zeros((1,), np.float32))
-        outs = [g.add_tensor(QnnTensor(f"y{i}", TensorType.NATIVE, D.FLOAT_32, first.shape)).name
-                for i in range(max(1, len([o for o in opdef.outputs if o.mandatory])))]
-        op = OpConfig("drawn", op_type, names, outs, [_param(k, v) for k, v in params.items()])
-        g.ops.append(op)
+        outs = [T(D.FLOAT_32, first.shape)] * max(1, len([o for o in opdef.outputs if o.mandatory]))
+        op, g = build(op_type, ins, outs, [_param(k, v) for k, v in params.items()])
         for backend in (registry.backends if "all" in _FORMS[op_type] else _FORMS[op_type]):
             bad = [d.message for d in validate_op(op, g, registry, backend) if d.code == "constraint-internal"]
             assert bad == [], (backend, bad)
