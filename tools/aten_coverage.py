@@ -159,7 +159,7 @@ class Coverage:
         for rule in self.by_type.get(op_type, []):
             for b in rule.body:
                 if type(b).__name__ == "Fail":
-                    out.append(_source_text(b.span))
+                    out.append(_message(_source_text(b.span), op_type))
         return out
 
 
@@ -174,6 +174,22 @@ def _source_text(span: Any) -> str:
     return line.strip().removeprefix("fail ").strip()
 
 
+def _message(expr: str, op_type: str) -> str:
+    """A `fail` expression as the user reads it: string literals joined by `++`, `optype(v)` of the
+    matched op as its type (`aten.avg_pool2d_backward`); anything else kept as written, in braces."""
+    parts = []
+    for piece in re.split(r"\s*\+\+\s*", expr):
+        if len(piece) >= 2 and piece[0] == piece[-1] == '"':
+            parts.append(piece[1:-1].replace('\\"', '"'))
+        elif re.fullmatch(r"optype\(\w+\)", piece):
+            parts.append(op_type)
+        elif re.fullmatch(r"str\((\w+)\)", piece):
+            parts.append("{" + piece[4:-1] + "}")
+        else:
+            parts.append("{" + piece + "}")
+    return "".join(parts)
+
+
 def table(ops: Iterable[str], cov: Coverage, source: dict[str, set[str]]) -> list[dict[str, Any]]:
     from qlower.reference.aten_kernels import AtenOps
 
@@ -185,11 +201,24 @@ def table(ops: Iterable[str], cov: Coverage, source: dict[str, set[str]]) -> lis
             row.update(kind="importer", type=None, note=IMPORTED[op])
             rows.append(row)
             continue
-        if "." in op and not op.startswith(("quantized_decomposed.", "qnn_custom.", "dim_order_ops.")):
+        if op.startswith("quantized_decomposed."):
+            row.update(kind="importer", type=None, note="pt2e quantize/dequantize: read by the importer as the "
+                       "encoding of the tensor between them (qlower/frontends/torch_quant.py), not lowered as ops")
+            rows.append(row)
+            continue
+        if not op:
+            row.update(op="(custom op builder)", kind="no-form", type=None, note="ExecuTorch's builder for QNN "
+                       "op-package ops, its target set per registered custom op: in qlower a plugin's rule and "
+                       "op definition lower a custom op (docs/api.md, plugins)")
+            rows.append(row)
+            continue
+        if "." in op and not op.startswith(("qnn_custom.", "dim_order_ops.")):
             packet, overload = op.split(".", 1)
             if packet == "scalar_tensor":
                 overload = "default"
             found = forms.form_of_overload(packet, overload)
+            if found is None:
+                found, row["note"] = _imported_as(forms, packet, overload)
             if packet.endswith("_with_indices"):
                 row["note"] = "imported as " + packet.removesuffix("_with_indices") + " when its indices are not read"
             if found is None and packet.endswith("_with_indices"):
@@ -201,8 +230,7 @@ def table(ops: Iterable[str], cov: Coverage, source: dict[str, set[str]]) -> lis
         row["type"] = type_name
         if type_name is None:
             row.update(kind="no-form", note=row.get("note") or (
-                "pt2e quantize/dequantize: the quantized-import issue's" if op.startswith("quantized_decomposed.")
-                else "not an ATen op of torch.export programs" if "." not in op or op.startswith(("qnn_custom.", "dim_order_ops."))
+                "not an ATen op of torch.export programs" if "." not in op or op.startswith(("qnn_custom.", "dim_order_ops."))
                 else "no aten dialect form (generator, complex or non-tensor arguments)"))
             rows.append(row)
             continue
@@ -217,6 +245,30 @@ def table(ops: Iterable[str], cov: Coverage, source: dict[str, set[str]]) -> lis
         row["kind"] = "lowered" if row["lowered"] else "refused" if row["reasons"] else "missing"
         rows.append(row)
     return rows
+
+
+def _imported_as(forms: Any, packet: str, overload: str) -> tuple[Any, str | None]:
+    """The form the importer gives an overload the dialect has none for: an `.out` variant is its
+    functional overload; an in-place op that export functionalizes, its `_functional` twin."""
+    import torch
+
+    ops = getattr(torch.ops.aten, packet, None)
+    schema = getattr(ops, overload)._schema if ops is not None and hasattr(ops, overload) else None
+    if schema is None:
+        return None, None
+    outs = [a.name for a in schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+    if outs:
+        wanted = [a.name for a in schema.arguments if a.name not in outs]
+        for o in ops.overloads():
+            if [a.name for a in getattr(ops, o)._schema.arguments] == wanted:
+                found = forms.form_of_overload(packet, o)
+                if found is not None:
+                    return found, f"an out= variant, which export keeps: functionalized at import to {packet}.{o}"
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        found = forms.form_of_overload(packet + "_functional", "default")
+        if found is not None:
+            return found, f"updates its arguments in place; export programs carry {packet}_functional.default"
+    return None, None
 
 
 def markdown(rows: list[dict[str, Any]], builder_dir: str | None) -> str:
@@ -245,6 +297,8 @@ def markdown(rows: list[dict[str, Any]], builder_dir: str | None) -> str:
             if r.get("lowered"):
                 rules = sorted({x for rs in r["lowered"].values() for x in rs})
                 note = ", ".join(rules) + ("" if r.get("tested") else " (untested)")
+                if r.get("note"):
+                    note += f" ({r['note']})"
                 if r.get("reasons") and len(r["lowered"]) < len(BACKENDS):
                     note += "; else: " + r["reasons"][0]
             else:

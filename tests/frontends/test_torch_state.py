@@ -147,3 +147,62 @@ def test_cast_to_int_on_htp_truncates_the_float32_input(rules) -> None:
     result.raise_for_errors()
     got = _run(graph, result, {"x": x.numpy()})[result.qnn.outputs[0]]
     np.testing.assert_array_equal(got, ToInt()(x).numpy())  # 8.998 → 8, not float16's 9
+
+
+class OutVariant(torch.nn.Module):
+    """`out=` keeps `aten.atan2.out` in the exported program (before `run_decompositions()`)."""
+
+    def forward(self, a, b):
+        c = torch.empty_like(a)
+        torch.atan2(a, b, out=c)
+        return c * 2.0
+
+
+class OutReadAgain(torch.nn.Module):
+    def forward(self, a, b):
+        c = torch.zeros_like(a)
+        d = c + 1.0
+        torch.atan2(a, b, out=c)
+        return c + d
+
+
+@pytest.mark.parametrize("backend", ["cpu", "htp"])
+def test_out_variant_is_imported_as_its_functional_overload(rules, backend: str) -> None:
+    args = (torch.randn(2, 5), torch.randn(2, 5))
+    ep = torch.export.export(OutVariant(), args, strict=False)
+    assert any(str(n.target) == "aten.atan2.out" for n in ep.graph.nodes)  # what export keeps
+    graph = load_exported(ep)
+    assert "aten.atan2" in {op.type for op in graph.ops}
+    result = qlower.lower(graph, rules, backend=backend)
+    result.raise_for_errors()
+    got = _run(graph, result, {"a": args[0].numpy(), "b": args[1].numpy()})[result.qnn.outputs[0]]
+    want = OutVariant()(*args).numpy()
+    assert np.max(np.abs(got - want)) <= TOL[backend] * np.max(np.abs(want))
+
+
+def test_out_variant_reading_its_buffer_before_the_write_matches_torch(rules) -> None:
+    args = (torch.randn(2, 5), torch.randn(2, 5))
+    ep = torch.export.export(OutReadAgain(), args, strict=False)
+    assert any(str(n.target) == "aten.atan2.out" for n in ep.graph.nodes)
+    graph = load_exported(ep)
+    result = qlower.lower(graph, rules, backend="cpu")
+    result.raise_for_errors()
+    got = _run(graph, result, {"a": args[0].numpy(), "b": args[1].numpy()})[result.qnn.outputs[0]]
+    np.testing.assert_allclose(got, OutReadAgain()(*args).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_read_of_the_written_buffer_after_the_write_sees_the_write(rules) -> None:
+    """A program edited to read the buffer itself after the out= write: functionalizing it at
+    import (run_decompositions) makes that read see the written value, as eager execution does."""
+    args = (torch.randn(2, 5), torch.randn(2, 5))
+    ep = torch.export.export(OutReadAgain(), args, strict=False)
+    out = next(n for n in ep.graph.nodes if str(n.target) == "aten.atan2.out")
+    last = next(n for n in ep.graph.nodes if n.name == "add_1")
+    last.replace_input_with(out, out.kwargs["out"])
+    ep.graph_module.recompile()
+    want = ep.module()(*args).numpy()
+    graph = load_exported(ep)
+    result = qlower.lower(graph, rules, backend="cpu")
+    result.raise_for_errors()
+    got = _run(graph, result, {"a": args[0].numpy(), "b": args[1].numpy()})[result.qnn.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
