@@ -201,10 +201,22 @@ def _resize_weights(size: int, out: int, scale: float, roi: list[float], mode: s
     return [m.astype(np.float32), b.astype(np.float32)]
 
 
-def _resize_axes(in_shape: list[int], out_shape: list[int], scales: list[float], axes: list[int], roi: list[float],
-                 policy: str) -> list[list[float]]:
+def _resize_nearest_indices(size: int, out: int, scale: float, roi: list[float], ctm: str,
+                            nearest_mode: str) -> np.ndarray:
+    """[out] int32: the input index each output reads along one axis of a nearest ONNX Resize (its
+    weights are one-hot rows, so the resize is a Gather)."""
+    if ctm == "tf_crop_and_resize":
+        raise EvalError("tf_crop_and_resize extrapolates outside the input: not a gather")
+    m = _resize_weights(size, out, scale, roi, "nearest", ctm, -0.75, False, False, nearest_mode, 0.0)[0]
+    return np.argmax(m, axis=1).astype(np.int32)
+
+
+def _resize_axes(in_shape: list[int], out_shape: list[int], scales: list[float], sizes: list[int], axes: list[int],
+                 roi: list[float], policy: str) -> list[list[float]]:
     """Per dim [scale, roi_lo, roi_hi] of an ONNX Resize: given scales (of `axes`, or of every dim), else
-    output / input sizes (one shared ratio under keep_aspect_ratio_policy not_larger / not_smaller)."""
+    the requested sizes (of `axes`; the output shape when none are known) over the input's, one shared
+    ratio under keep_aspect_ratio_policy not_larger / not_smaller. The ratio comes from the requested
+    sizes, not the output: not_smaller asks [1, 3] of [2, 4] and gets scale 0.75 on both axes."""
     r = len(in_shape)
     ax = [int(a) % r for a in axes] if axes else list(range(r))
     full = [1.0] * r
@@ -214,7 +226,10 @@ def _resize_axes(in_shape: list[int], out_shape: list[int], scales: list[float],
         for a, v in zip(ax, scales):
             full[a] = float(v)
     else:
-        ratios = [int(out_shape[a]) / int(in_shape[a]) for a in ax]
+        if sizes and len(sizes) != len(ax):
+            raise EvalError(f"Resize has {len(sizes)} sizes for {len(ax)} axes")
+        wanted = [int(v) for v in sizes] if sizes else [int(out_shape[a]) for a in ax]
+        ratios = [o / int(in_shape[a]) for o, a in zip(wanted, ax)]
         if policy in ("not_larger", "not_smaller"):
             ratios = [min(ratios) if policy == "not_larger" else max(ratios)] * len(ax)
         for a, v in zip(ax, ratios):
@@ -384,10 +399,15 @@ SPATIAL_FUNCTIONS: tuple[Function, ...] = (
                                 "number"), "list[tensor]", _resize_weights,
              doc="[M, b] float32 with ONNX Resize along one axis = M·x + b (size, out, scale, roi [lo, hi], mode, "
                  "coordinate transform, cubic_coeff_a, exclude_outside, antialias, nearest_mode, extrapolation)"),
-    Function("resize_axes", ("list[int]", "list[int]", "list[number]", "list[int]", "list[number]", "str"),
+    Function("resize_nearest_indices", ("int", "int", "number", "list[number]", "str", "str"), "tensor",
+             _resize_nearest_indices,
+             doc="[out] int32 input index per output of a nearest ONNX Resize along one axis (size, out, scale, "
+                 "roi [lo, hi], coordinate transform, nearest_mode)"),
+    Function("resize_axes", ("list[int]", "list[int]", "list[number]", "list[int]", "list[int]", "list[number]",
+                             "str"),
              "list[list[float]]", _resize_axes,
-             doc="per dim [scale, roi_lo, roi_hi] of an ONNX Resize (input and output shapes, scales, axes, roi, "
-                 "keep_aspect_ratio_policy)"),
+             doc="per dim [scale, roi_lo, roi_hi] of an ONNX Resize (input and output shapes, scales, sizes, axes, "
+                 "roi, keep_aspect_ratio_policy)"),
     Function("upper", ("str",), "str", str.upper, doc="the string in upper case (ONNX mode names as QNN enum names)"),
     Function("kernel_taps", ("list[int]", "list[int]", "list[int]", "list[int]", "list[int]"), "list[tensor]",
              _kernel_taps, doc="[ys, xs] [1, kh·kw, oh, ow]: input positions of each tap of a 2-D convolution "

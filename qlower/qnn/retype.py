@@ -1,7 +1,8 @@
 """Datatypes a backend's op lacks, computed in another one behind Casts (the packs' `compute` declarations).
 
-After lowering, a QNN op whose input/output datatypes match no datatype row of the backend is
-retried with some of its dtypes replaced as a `compute SRC... as DST [wrapping] [for OPS]
+After lowering, a QNN op whose input/output datatypes match no datatype row of the backend (or that
+a documented constraint refuses for its datatypes only: HTP's FLOAT_16 ScatterElements takes
+reduction NONE alone, its FLOAT_32 one every reduction) is retried with some of its dtypes replaced as a `compute SRC... as DST [wrapping] [for OPS]
 [backends(...)]` declaration allows: when the op takes the replaced datatypes and the backend has
 the ops that convert each replaced input to DST and each replaced output back, those conversions
 are put around the op (static inputs are converted in place). The declarations state which
@@ -164,6 +165,42 @@ def _valid_as_is(op: Op, registry: OpDefRegistry, backend: str) -> bool:
             and datatypes_allowed(registry, op.type[4:], backend, ins, outs))
 
 
+def _dtype_conditional(registry: OpDefRegistry, op_type: str, backend: str, memo: dict[str, bool]) -> bool:
+    """Whether a documented constraint of the op on `backend` holds for some datatypes only ("for
+    FLOAT_16, only NONE reduction"): then valid datatypes alone do not make the op valid."""
+    if op_type not in memo:
+        memo[op_type] = any(c.when.datatypes is not None or c.when.except_datatypes
+                            or "dtype(" in getattr(c.get("if"), "text", "")
+                            for c in registry.checks(op_type, backend))
+    return memo[op_type]
+
+
+def _refused(op: Op, registry: OpDefRegistry, backend: str, swap: dict[str, _Target] | None = None) -> bool:
+    """Whether the backend's validation refuses `op` on its own, with the dtypes in `swap` replaced:
+    the op in a graph of its own (operands as inputs, static data converted), converted and validated."""
+    from qlower.qnn.convert import to_table
+    from qlower.qnn.validate import validate_graph
+
+    swap = swap or {}
+    one = Graph(op.name)
+
+    def copy(v: Value) -> Value:
+        src = _name(v)
+        dt = np.dtype(swap[src].dtype) if src in swap else v.dtype
+        data = None if v.data is None else (_static(np.asarray(v.data), src, swap[src]) if src in swap else v.data)
+        return one.add_value(v.name, dt, v.shape, quant=v.quant, data=data)
+
+    operands = [None if v is None else copy(v) for v in op.operands]
+    results = [copy(r) for r in op.results]
+    one.add_op(op.name, op.type, operands, results, dict(op.attrs))
+    one.set_io([v for v in operands if v is not None and v.data is None], results)
+    try:
+        diags = validate_graph(to_table(one, registry), registry, backend)
+    except Exception:  # noqa: BLE001 - an op the converter cannot take on its own is not retried
+        return False
+    return any(d.is_error for d in diags)
+
+
 def _retypeable(v: Value, op: Op, registry: OpDefRegistry, backend: str) -> bool:
     """Whether `v` may become identity-encoded: no other use takes it as the plain integer it is."""
     if v.data is not None or (v.producer is None and not v.is_input):
@@ -215,8 +252,10 @@ def _conversions_ok(registry: OpDefRegistry, backend: str, src: str, t: _Target,
     return True
 
 
-def _choice(op: Op, mapping: dict[str, list[_Target]], registry: OpDefRegistry, backend: str) -> dict[str, _Target] | None:
-    """The replacement (dtype name → target) that makes `op` and its conversions valid, or None."""
+def _choice(op: Op, mapping: dict[str, list[_Target]], registry: OpDefRegistry, backend: str,
+            constrained: bool = False) -> dict[str, _Target] | None:
+    """The replacement (dtype name → target) that makes `op` and its conversions valid, or None;
+    `constrained`: valid as validation judges it, constraints included (not datatypes alone)."""
     values = [*op.operands, *op.results]
     if any(v is not None and _dt(v) is None for v in values):
         return None  # quantized or unrepresentable: not this pass's business
@@ -237,7 +276,8 @@ def _choice(op: Op, mapping: dict[str, list[_Target]], registry: OpDefRegistry, 
                     continue
                 if any(_identity(v) and _name(v) not in swap for v in values):
                     continue  # an identity-encoded value is always converted back to plain
-                if all(_conversions_ok(registry, backend, k, tgt, op) for k, tgt in swap.items()):
+                if all(_conversions_ok(registry, backend, k, tgt, op) for k, tgt in swap.items()) and not (
+                        constrained and _refused(op, registry, backend, swap)):
                     return swap
     return None
 
@@ -337,6 +377,7 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
         return 0
     changed = 0
     converted: dict[tuple[str, _Target], Value] = {}
+    conditional: dict[str, bool] = {}
     for op in list(graph.ops):
         if not op.type.startswith("qnn."):
             continue
@@ -344,10 +385,16 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
         outs = [_dt(r) for r in op.results]
         if None in outs or any(d is None for v, d in zip(op.operands, ins) if v is not None):
             continue
+        constrained = False
         if _valid_as_is(op, registry, backend):
-            continue
+            # datatypes the backend takes, but a constraint may still refuse them for this op
+            mapping = _mapping(computes, op.type, backend)
+            if not (mapping and _dtype_conditional(registry, op.type[4:], backend, conditional)
+                    and _refused(op, registry, backend)):
+                continue
+            constrained = True
         mapping = _mapping(computes, op.type, backend)
-        swap = _choice(op, mapping, registry, backend) if mapping else None
+        swap = _choice(op, mapping, registry, backend, constrained) if mapping else None
         if swap is None:
             continue
         prov = Provenance(f"compute {'/'.join(sorted(swap))}", "qlower/qnn/retype.py", op.name)
