@@ -22,6 +22,7 @@ from qlower.lang.checker_types import suggest
 from qlower.lang.checker_sigs import Locator
 from qlower.lang.fragments import inline, pack_scopes, with_inlined_rules
 from qlower.lang.names import qualify, resolve_rule
+from qlower.lang.parse_store import ParseStore, default_store
 from qlower.lang.parser import parse, parse_pieces
 from qlower.lang.registry import TargetRegistry, default_registry
 from qlower.lang.functions import FunctionTable
@@ -85,6 +86,8 @@ class _Load:
     overlay: Mapping[Path, str] = attrs.field(factory=dict)
     # Parsed modules by (file, text), shared between runs so an unchanged file is parsed once.
     parse_cache: MutableMapping[tuple[str, str], ast.Module | QlowerError] | None = None
+    # Parsed files kept on disk between runs (qlower.lang.parse_store), when the user has one.
+    store: ParseStore | None = None
     modules: list[ast.Module] = attrs.field(factory=list)
     direct: set[str] = attrs.field(factory=set)  # files the caller named (not reached through an import)
     diagnostics: list[Diagnostic] = attrs.field(factory=list)
@@ -165,13 +168,22 @@ class _Load:
         cached = self.parse_cache.get((file, text)) if self.parse_cache is not None else None
         if cached is None:
             try:  # inlined once its pack is known; an editor's buffer reparses only the items that changed
-                cached = (parse_pieces(text, file, self.parse_cache) if edited and self.parse_cache is not None
-                          else parse(text, file, inline=False))
+                cached = (parse_pieces(text, file, self.parse_cache, whole=self._parse_whole)
+                          if edited and self.parse_cache is not None else self._parse_whole(text, file))
             except QlowerError as exc:
                 cached = exc
             if self.parse_cache is not None:
                 self.parse_cache[(file, text)] = cached
         return cached
+
+    def _parse_whole(self, text: str, file: str) -> ast.Module:
+        """`parse(text, file, inline=False)`, read from the disk store when an earlier run parsed it."""
+        found = self.store.get(file, text) if self.store is not None else None
+        if found is None:
+            found = parse(text, file, inline=False)
+            if self.store is not None:
+                self.store.put(file, text, found)
+        return found
 
     def _at(self, imp: ast.Import) -> Span | None:
         needle = f'"{imp.target}"' if imp.is_path else imp.target
@@ -280,7 +292,7 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
          overlay: Mapping[Path, str] | None = None, parse_cache: MutableMapping | None = None,
          focus: Sequence[str | Path] | None = None) -> _Load:
     load = _Load(packs_dir if packs_dir is not None else _resources.data_dir("patterns"), packs=packs or {},
-                 overlay=overlay or {}, parse_cache=parse_cache)
+                 overlay=overlay or {}, parse_cache=parse_cache, store=default_store())
     for p in paths:
         load.path(Path(p), direct=True)
     load.modules = _inline_pack_scopes(load.modules, load.groups, parse_cache)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 import lark
@@ -65,14 +65,17 @@ def parse(text: str, file: str = "<string>", *, inline: bool = True) -> ast.Modu
 _ITEM_START = re.compile(r"(?:import|op|rule|test|map|fragment|def|compute)\b")
 
 
-def parse_pieces(text: str, file: str, cache: MutableMapping) -> ast.Module:
+def parse_pieces(text: str, file: str, cache: MutableMapping,
+                 whole: Callable[[str, str], ast.Module] | None = None) -> ast.Module:
     """`parse(text, file, inline=False)`, parsing only the top-level items whose text changed since the texts
     `cache` has seen (an editor's buffer after a keystroke). The text is cut before each line that starts an
     item at column 0 (with the comment lines right above it, its doc); each piece is parsed at its own lines
     and cached by its text and first line. A text whose pieces are mostly new (just opened, or lines
     inserted above most of it) is parsed whole, which is cheaper, and its items are filed under their
     pieces for the next edit. Any piece that does not parse alone sends the whole text to `parse`, so
-    errors, and any text the cut misjudges, read exactly as the whole-file parse has them."""
+    errors, and any text the cut misjudges, read exactly as the whole-file parse has them. `whole`: how a
+    whole text is parsed when it is (default `parse(text, file, inline=False)`; the loader's reads its
+    disk store first)."""
     text = text.removeprefix("\ufeff")
     lines = text.split("\n")
     starts = [0]
@@ -86,14 +89,14 @@ def parse_pieces(text: str, file: str, cache: MutableMapping) -> ast.Module:
     pieces = [(a, "\n".join(lines[a:b])) for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
     keys = [("piece", file, a, piece) for a, piece in pieces]
     if sum(1 for k in keys if k not in cache) * 2 > len(keys):  # mostly new (opened, or lines shifted): whole
-        whole = parse(text, file, inline=False)
-        if any(getattr(i, "span", None) is None for i in whole.items):
-            return whole
+        module = whole(text, file) if whole is not None else parse(text, file, inline=False)
+        if any(getattr(i, "span", None) is None for i in module.items):
+            return module
         bounds = [*starts[1:], len(lines)]
         for (a, _), b, key in zip(pieces, bounds, keys, strict=True):  # what each piece holds, for the next edit
-            cache[key] = ast.Module(file, tuple(i for i in whole.items if a < i.span.line <= b),
-                                    tuple(c for c in whole.comments if a < c.line <= b))
-        return whole
+            cache[key] = ast.Module(file, tuple(i for i in module.items if a < i.span.line <= b),
+                                    tuple(c for c in module.comments if a < c.line <= b))
+        return module
     items: list = []
     comments: list = []
     for (a, piece), key in zip(pieces, keys, strict=True):
