@@ -158,7 +158,7 @@ def merge(plugins: Iterable[Plugin]) -> Contributions:
     for f in functions.functions.values():
         owner[("function", f.name)] = BUILTIN
     extra_functions: dict[str, Function] = {}
-    kernels: dict[str, dict[str, Kernel]] = {}
+    kernels: dict[str, Mapping[str, Kernel]] = {}
     opdefs: list[Path] = []
     frontends: dict[str, Frontend] = {}
     shapes: dict[str, ShapeFn] = {}
@@ -180,6 +180,9 @@ def merge(plugins: Iterable[Plugin]) -> Contributions:
             else:
                 rejected.add(("function", f.name))
         for dialect, table in p.kernels.items():
+            if dialect != TARGET and sum(dialect in q.kernels for q in plugins) == 1:
+                kernels[dialect] = table  # its only provider: kept as it is (onnx's lists its ops lazily)
+                continue
             for op, k in table.items():
                 key = f"{dialect}.{op}"
                 if claim("kernel", key, p.name):
@@ -206,7 +209,9 @@ def merge(plugins: Iterable[Plugin]) -> Contributions:
             frontends.pop(key, None)
         elif kind == "kernel":
             d, op = key.split(".", 1)
-            kernels.get(d, {}).pop(op, None)
+            table = kernels.get(d)
+            if isinstance(table, dict):
+                table.pop(op, None)
         elif kind == "shape function":
             shapes.pop(key.split(".", 1)[1], None)
     table = functions.extend(f for name, f in extra_functions.items() if functions.get(name) is None)

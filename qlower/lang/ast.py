@@ -6,6 +6,7 @@ same thing: `parse(format(x)) == parse(x)` is a meaningful check.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any, Union
 
@@ -21,17 +22,28 @@ def _span() -> attrs.Attribute:
 node = attrs.frozen
 
 
+@functools.cache
+def _is_node_type(t: type) -> bool:
+    return attrs.has(t) and not issubclass(t, Span)
+
+
 def _is_node(v: Any) -> bool:
-    return attrs.has(type(v)) and not isinstance(v, Span)
+    return _is_node_type(type(v))
+
+
+@functools.cache
+def _field_names(t: type) -> tuple[str, ...]:
+    """The fields of node type `t` that can hold nodes (every field but spans and docs)."""
+    return tuple(f.name for f in attrs.fields(t) if f.name not in ("span", "doc"))
 
 
 def child_nodes(x: Any) -> Iterator[Any]:
     """The nodes directly inside node `x`: fields that are nodes, and the nodes in tuple fields."""
-    for f in attrs.fields(type(x)):
-        v = getattr(x, f.name)
+    for name in _field_names(type(x)):
+        v = getattr(x, name)
         if isinstance(v, tuple):
-            yield from (i for i in v if _is_node(i))
-        elif _is_node(v):
+            yield from (i for i in v if _is_node_type(type(i)))
+        elif _is_node_type(type(v)):
             yield v
 
 
@@ -41,7 +53,7 @@ def iter_nodes(x: Any) -> Iterator[Any]:
     stack = list(reversed(x)) if isinstance(x, tuple) else [x]
     while stack:
         n = stack.pop()
-        if _is_node(n):
+        if _is_node_type(type(n)):
             yield n
             stack.extend(reversed(tuple(child_nodes(n))))
 

@@ -99,14 +99,19 @@ class _Load:
     # may not reach into the machine); a user's own files may import any .qpat file
     roots: dict[Path, Path] = attrs.field(factory=dict)
 
+    _pack_roots: dict[Path, str] | None = None
+
     @property
     def pack_roots(self) -> dict[Path, str]:
-        roots = {p.resolve(): name for name, p in self.packs.items()}
-        if self.packs_dir.is_dir():
-            for p in self.packs_dir.iterdir():
-                if p.is_dir():
-                    roots.setdefault(p.resolve(), p.name)
-        return roots
+        """Each pack's folder → its name (listed once per run: asked for every file)."""
+        if self._pack_roots is None:
+            roots = {p.resolve(): name for name, p in self.packs.items()}
+            if self.packs_dir.is_dir():
+                for p in self.packs_dir.iterdir():
+                    if p.is_dir():
+                        roots.setdefault(p.resolve(), p.name)
+            self._pack_roots = roots
+        return self._pack_roots
 
     def namespace_of(self, f: Path) -> str:
         """The pack a file belongs to (the nearest enclosing pack folder), or "" for a user's file."""
