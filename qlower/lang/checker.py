@@ -8,7 +8,7 @@ raises for bad input. Rule bodies are checked by `checker_rules`, tests by
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, MutableMapping, Sequence
 
 from qlower.diagnostics import Diagnostic, Note, SourceCache, did_you_mean, error, warning
 from qlower.lang import ast
@@ -101,7 +101,7 @@ CODES: dict[str, str] = {
 
 def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions: FunctionTable,
           sources: SourceCache | None = None, focus: Collection[str] | None = None,
-          groups: Mapping[str, str] | None = None) -> list[Diagnostic]:
+          groups: Mapping[str, str] | None = None, memo: MutableMapping | None = None) -> list[Diagnostic]:
     """All findings for a rule set, ordered by file (as given) and position.
 
     `sources` (the texts the modules were parsed from) lets findings point at
@@ -109,6 +109,9 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     names) checks only those files' rules and tests in depth, the others giving
     just their names and declarations: an editor re-checking one changed file.
     `groups` (file → folder) tells which user files were loaded as one folder (they share fragments).
+    `memo` (the parse cache of an editor's repeated checks) keeps each rule's findings: a rule that is
+    the very object of an earlier check, checked against the very declarations and defs, reports them
+    again without being re-checked (an edit re-checks the rules it changed).
     """
     ctx = Context(registry, functions, Locator(sources))
     ctx.defines.update({d.name: len(d.params) for m in modules for d in m.defines})
@@ -128,13 +131,13 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     overridden = _check_overrides(ctx, modules)
     deep = {id(x) for m in modules if focus is None or m.file in focus for x in (*m.rules, *m.tests)}
     broken: set[int] = set()  # rules with errors do not shadow others
+    seen_with = (tuple(ctx.decls.values()), tuple(sorted(ctx.defines.items())), frozenset(ctx.recursive_defs),
+                 registry, functions)
     for r in rules:
         if id(r) not in deep:
             continue
         n = ctx.errors
-        RuleChecker(ctx, r).run()
-        _check_cleanup(ctx, r)
-        _check_self_feeding(ctx, r)
+        _check_rule(ctx, r, memo, seen_with)
         if ctx.errors > n:
             broken.add(id(r))
     _check_fragments(ctx, modules, focus, groups)
@@ -157,6 +160,31 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
               if not ((k := (d.code, d.message, str(d.span))) in seen or seen.add(k))]
     return sorted(unique, key=lambda d: (order.get(d.span.file, big), d.span.line, d.span.column)
                   if d.span else (big + 1, 0, 0))
+
+
+def _check_rule(ctx: Context, r: ast.Rule, memo: MutableMapping | None, seen_with: tuple) -> None:
+    """One rule's checks, or (with `memo`) the findings they gave this very rule in the same setting."""
+    key = ("checked", id(r))  # beside the parse cache's keys; the entry keeps `r` alive, so ids stay unique
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and hit[0] is r and _same(hit[1], seen_with):
+        for d in hit[2]:
+            ctx.report(d)
+        return
+    start = len(ctx.diagnostics)
+    RuleChecker(ctx, r).run()
+    _check_cleanup(ctx, r)
+    _check_self_feeding(ctx, r)
+    if memo is not None:
+        memo[key] = (r, seen_with, tuple(ctx.diagnostics[start:]))
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """The settings of two checks alike: the same declaration objects, defs, registry and functions."""
+    decls_a, *rest_a = a
+    decls_b, *rest_b = b
+    return (len(decls_a) == len(decls_b) and all(x is y for x, y in zip(decls_a, decls_b))
+            and rest_a[0] == rest_b[0] and rest_a[1] == rest_b[1]
+            and rest_a[2] is rest_b[2] and rest_a[3] is rest_b[3])
 
 
 def _name_span(ctx: Context, item: ast.Rule | ast.Test, keyword: str):

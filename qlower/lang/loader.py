@@ -309,7 +309,7 @@ def _run(paths: Sequence[str | Path], registry: TargetRegistry | None, functions
             return load
     found = check(load.modules, registry=registry,
                   functions=functions if functions is not None else builtin_functions(), sources=load.sources,
-                  focus=None if focus is None else {str(f) for f in focus}, groups=load.groups)
+                  focus=None if focus is None else {str(f) for f in focus}, groups=load.groups, memo=parse_cache)
     if load.syntax_errors:
         found = [d for d in found if d.code not in _NEEDS_ALL_FILES]
     found = [_import_hint(d, load) for d in found]
@@ -333,18 +333,27 @@ def _inline_pack_scopes(modules: list[ast.Module], groups: Mapping[str, str],
     for m in modules:
         scope = scopes[id(m)]
         uses = tuple(x for kv in (*scope.fragments.items(), *scope.defines.items()) for x in kv)
+        seen = cache.get(("scope", m.file))  # the same scope as last run: its tuple, so rules compare it by identity
+        if seen is not None and _same_uses(seen, uses):
+            uses = seen
+        else:
+            cache[("scope", m.file)] = uses
         rules = []
         for item in m.items:
             if not isinstance(item, (ast.Rule, ast.MapDecl)):
                 continue
             key = ("inlined", m.file, id(item))  # beside the (file, text) keys of parsed modules
             hit = cache.get(key)
-            if hit is None or hit[0] is not item or len(hit[1]) != len(uses) or not all(
-                    a is b or (isinstance(a, str) and a == b) for a, b in zip(hit[1], uses, strict=True)):
+            if hit is None or hit[0] is not item or (hit[1] is not uses and not _same_uses(hit[1], uses)):
                 hit = cache[key] = (item, uses, inline(item.rule if isinstance(item, ast.MapDecl) else item, scope))
             rules.append(hit[2])
         out.append(attrs.evolve(m, inlined_rules=tuple(rules)))
     return out
+
+
+def _same_uses(a: tuple, b: tuple) -> bool:
+    """The same fragments and defs (the very objects, under the same names)."""
+    return len(a) == len(b) and all(x is y or (isinstance(x, str) and x == y) for x, y in zip(a, b, strict=True))
 
 
 def check_paths(paths: Sequence[str | Path], *, registry: TargetRegistry | None = None,

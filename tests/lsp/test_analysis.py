@@ -134,3 +134,20 @@ def test_hover_on_an_op_type_parameter_shows_what_its_calls_give(workspace, tmp_
     hover, span = workspace.hover(path, 3, text.splitlines()[3].index("k(") + 1)
     assert hover == "op type parameter `k` of fragment `wrap`: `qnn.Relu`, `qnn.Sigmoid`, `qnn.Tanh`"
     assert (span.line, span.column) == (4, 7)
+
+
+def test_an_unchanged_rule_is_checked_again_when_a_declaration_it_uses_changes(workspace, tmp_path):
+    """Re-checks keep each unchanged rule's findings (qlower.lang.checker's memo) only while the
+    declarations they were found against are the same: editing the op's declaration re-checks the rule."""
+    rule = "\nrule r {\n  match y = my.Op(x) { k: kv }\n  emit y = qnn.Relu(x)\n}\n"
+    rule2 = "\nrule other {\n  match y = my.Op2(x)\n  emit y = qnn.Relu(x)\n}\n"
+    path = _open(workspace, tmp_path / "memo.qpat", "op my.Op(x) -> y\nop my.Op2(x) -> y\n" + rule + rule2)
+    first = [d.message for d in workspace.check(path) if d.is_error]
+    assert len(first) == 1 and "k" in first[0], first
+    for _ in range(2):  # an edit elsewhere: the same finding, from the memo
+        workspace.open(path, "op my.Op(x) -> y\nop my.Op2(x) -> y\n" + rule + rule2.replace("other", "other2"))
+        assert [d.message for d in workspace.check(path) if d.is_error] == first
+    workspace.open(path, "op my.Op(x) -> y { k: int }\nop my.Op2(x) -> y\n" + rule + rule2)
+    assert [d.message for d in workspace.check(path) if d.is_error] == []
+    workspace.open(path, "op my.Op(x) -> y\nop my.Op2(x) -> y\n" + rule + rule2)
+    assert [d.message for d in workspace.check(path) if d.is_error] == first
