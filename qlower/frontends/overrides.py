@@ -9,10 +9,15 @@ the same encodings gives it after `onnx_qdq` folded its pairs:
   the last), or in blocks (LPBQ, PER_BLOCK) along its input-channel axis;
 * an activation entry makes an op's result a quantized tensor; a graph input keeps its float
   type and is quantized by a QuantizeLinear behind it, a graph output is dequantized back to float;
+  a float constant listed as an activation that an op reads (a tied embedding table, read by a
+  Gather and the lm_head MatMul; a scalar operand) is quantized as a weight with that encoding;
 * a bias the file leaves out (Conv's, Gemm's third input) is quantized as the converter does for
-  HTP: 32-bit, symmetric, scale = input scale × weight scale (per channel with the weight's).
+  HTP: 32-bit, symmetric, scale = input scale × weight scale (per channel with the weight's); a
+  LayerNormalization's, 32-bit symmetric over its own range.
 
-Tensors left out otherwise stay float. Entries that name no tensor of the graph, or name an
+A float constant that a quantized Add/Sub/Mul/Div/MatMul/Concat/Where reads and the file leaves out
+(one folded from tensors it names) gets a min/max encoding in the op's result datatype, as the
+converter encodes a static tensor without an override. Tensors left out otherwise stay float. Entries that name no tensor of the graph, or name an
 integer tensor, are reported, not applied. An entry whose channel count or blocks do not fit its
 tensor is an error naming the entry.
 """
@@ -99,6 +104,15 @@ def _quantize_const(v: Value, q: Quant, dtype: np.dtype) -> np.ndarray:
     return quantize_affine(data, scale, zero, lo, hi, dtype)
 
 
+def _read_as_tensor(v: Value) -> bool:
+    """A float constant that AIMET lists among the activations and an op reads as an operand (a tied
+    embedding table read by a Gather and the lm_head MatMul, position embeddings folded to a
+    constant, an attention scale) is a tensor its QuantSim quantizes with that encoding for every
+    reader: quantized so, as a weight is. One no op reads (a Clip bound, which the frontend made an
+    attribute) stays the number the converter keeps."""
+    return bool(v.users)
+
+
 def apply_overrides(graph: Graph, encodings: EncodingSet) -> OverrideReport:
     """Apply `encodings` to `graph` in place (see the module docstring)."""
     params: list[str] = []
@@ -119,7 +133,8 @@ def apply_overrides(graph: Graph, encodings: EncodingSet) -> OverrideReport:
             if v.dtype is None or np.dtype(v.dtype).kind != "f" or v.quant is not None:
                 skipped.append((name, f"the tensor is {'already quantized' if v.quant is not None else v.dtype}"))
                 continue
-            if v.data is not None and e.role == "activation":  # e.g. a Clip bound: the converter keeps it a number
+            if v.data is not None and e.role == "activation" and not _read_as_tensor(v):
+                # e.g. a Clip bound: the converter keeps it a number
                 skipped.append((name, "a constant listed as an activation: it stays float"))
                 continue
             if v.data is not None:
@@ -143,6 +158,7 @@ def apply_overrides(graph: Graph, encodings: EncodingSet) -> OverrideReport:
     _fuse_activations(graph)
     _pass_through(graph)
     biases = _quantize_biases(graph)
+    params.extend(_quantize_static_operands(graph))
     return OverrideReport(tuple(params), tuple(acts), tuple(biases), tuple(skipped))
 
 
@@ -202,6 +218,39 @@ def _pass_through(graph: Graph) -> None:
                 r.dtype, r.quant = x.dtype, x.quant
 
 
+# Ops whose constant operands are values computed with, quantized like the op's other operands.
+_STATIC_OPERAND_OPS = frozenset({"onnx.Add", "onnx.Sub", "onnx.Mul", "onnx.Div", "onnx.MatMul", "onnx.Concat",
+                                 "onnx.Where"})
+
+
+def _quantize_static_operands(graph: Graph) -> list[str]:
+    """A float constant read by an op whose result and other operands are quantized (the file names
+    no encoding for it: a constant folded from tensors it does name, such as BERT's token-type
+    embedding gathered at constant ids) gets a min/max encoding of its own in the result's datatype,
+    as the converter gives a static tensor without an override; each such op gets its own copy."""
+    done = []
+    for op in list(graph.ops):
+        if op.type not in _STATIC_OPERAND_OPS or not op.results or op.results[0].quant is None:
+            continue
+        y = op.results[0]
+        if y.quant.axis is not None or not any(v is not None and v.data is None and v.quant is not None
+                                               for v in op.operands):
+            continue
+        for i, v in enumerate(op.operands):
+            if v is None or v.data is None or v.quant is not None or np.dtype(v.dtype).kind != "f":
+                continue
+            if op.type == "onnx.Where" and i == 0:
+                continue
+            data = np.asarray(v.data, np.float64)
+            lo, hi = min(0.0, float(np.min(data, initial=0.0))), max(0.0, float(np.max(data, initial=0.0)))
+            q = Quant.for_range(lo, hi, str(y.dtype), y.quant.bitwidth)
+            c = graph.add_value(graph.fresh_value_name(f"{v.name}.{op.name}"), y.dtype, v.shape, quant=q,
+                                data=_quantize_const(v, q, y.dtype))
+            graph.set_operand(op, i, c)
+            done.append(c.name)
+    return done
+
+
 def _scalar_consts(graph: Graph, base: str, q: Quant, dtype: np.dtype) -> tuple[Value, Value]:
     s = graph.add_value(graph.fresh_value_name(f"{base}.scale"), "float32", [],
                         data=np.asarray(q.scale[0], np.float32))
@@ -254,6 +303,32 @@ def _quantize_biases(graph: Graph) -> list[str]:
         s = scale if per_channel else scale.reshape(())
         b.data = quantize_affine(data, s, np.zeros_like(s), lo, hi, np.int32).reshape(np.shape(b.data))
         b.dtype, b.quant = np.dtype("int32"), q
+        done.append(b.name)
+    done.extend(_quantize_norm_biases(graph))
+    return done
+
+
+def _quantize_norm_biases(graph: Graph) -> list[str]:
+    """The float bias (B) of a LayerNormalization whose input and scale are quantized: 32-bit
+    symmetric, one scale covering its values (HTP's quantized LayerNorm takes SFIXED_POINT_32 there,
+    symmetric); a bias other ops also read is copied for this one."""
+    done = []
+    lo, hi = bounds(np.int32)
+    for op in list(graph.ops):
+        if op.type != "onnx.LayerNormalization" or len(op.operands) < 3:
+            continue
+        x, g, b = op.operands[:3]
+        if b is None or b.data is None or b.quant is not None or x is None or g is None:
+            continue
+        if x.quant is None or g.quant is None or np.dtype(b.dtype).kind != "f":
+            continue
+        data = np.asarray(b.data, np.float64)
+        scale = max(float(np.max(np.abs(data), initial=0.0)), 1e-30) / hi
+        if _bias_shared(b, op):
+            b = graph.add_value(graph.fresh_value_name(f"{b.name}.{op.name}"), b.dtype, b.shape, data=b.data)
+            graph.set_operand(op, 2, b)
+        b.data = quantize_affine(data, np.float64(scale), np.float64(0.0), lo, hi, np.int32)
+        b.dtype, b.quant = np.dtype("int32"), Quant(np.array([scale]), np.zeros(1, np.int64), symmetric=True)
         done.append(b.name)
     return done
 

@@ -83,9 +83,9 @@ def _quantize(real: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, lo: i
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         # round first, then shift: rint(x + zp) differs from rint(x) + zp on ties when zp is odd
         q = np.rint(np.asarray(real, np.float64) / scale) + zero_point
-    q = np.nan_to_num(q, nan=0.0, posinf=hi, neginf=lo)
-    np.clip(q, lo, hi, out=q)
-    return q.astype(dtype)
+    q = np.asarray(np.nan_to_num(q, nan=0.0, posinf=hi, neginf=lo))  # 0-d data gives a scalar, not an array
+    q = np.clip(q, lo, hi)
+    return np.asarray(q).astype(dtype)
 
 
 def quantize_real(real: np.ndarray, q: Quant, dtype: np.dtype | str, *, chunk: int = CHUNK_ELEMENTS) -> np.ndarray:

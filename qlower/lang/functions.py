@@ -123,6 +123,24 @@ def _const_value(v) -> np.ndarray:
     return v.data
 
 
+def _real_value(v) -> np.ndarray:
+    """A constant's real values: its data, dequantized when it is quantized (per tensor or axis)."""
+    data = _const_value(v)
+    q = v.quant
+    if q is None:
+        return data
+    if getattr(q, "block_size", None) is not None:
+        raise EvalError(f"value {v.name} is block-quantized: its real values are not computed here")
+    scale, zero = np.asarray(q.scale, np.float64), np.asarray(q.zero_point, np.float64)
+    if q.axis is not None and np.ndim(data) > 0:
+        shape = [1] * np.ndim(data)
+        shape[q.axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    else:
+        scale, zero = scale.reshape(-1)[0], zero.reshape(-1)[0]
+    return ((np.asarray(data, np.float64) - zero) * scale).astype(np.float32)
+
+
 def _range(a: int, b: int | None = None) -> list[int]:
     return list(range(a)) if b is None else list(range(a, b))
 
@@ -175,6 +193,8 @@ _BUILTINS: tuple[Function, ...] = (
     Function("uses", ("value",), "int", lambda v: v.use_count, doc="number of operand uses"),
     Function("encoding", ("value",), "encoding", lambda v: v.quant, doc="the value's encoding or none"),
     Function("const_value", ("value",), "tensor", _const_value, doc="constant data"),
+    Function("real_value", ("value",), "tensor", _real_value,
+             doc="a constant's real values: its data, dequantized when it is quantized"),
     Function("optype", ("value",), "str", lambda v: _optype(v),
              doc="the type of the op producing the value (which alternative of `A | B` matched)"),
     Function("len", ("list[any]",), "int", lambda xs: len(xs)),

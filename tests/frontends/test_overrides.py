@@ -160,3 +160,33 @@ def test_a_misfit_entry_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1 and "w1" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_transformer_quantized_by_aimet_lowers_verifies_and_matches_quantsim(kind, tmp_path):
+    """A transformers decoder (random weights, dynamo ONNX export) through aimet-onnx's QuantSim at
+    w8a8: AIMET lists the tied embedding table and the constants ops read among its activations and
+    leaves out what export folded (position embeddings, a LayerNorm's bias); the lowered graph must
+    validate for HTP, pass --verify and come within 0.5 dB of QuantSim's SQNR against the float model."""
+    pytest.importorskip("aimet_onnx.quantsim")
+    pytest.importorskip("transformers")
+    import re
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        import bench_quant_aimet
+    finally:
+        sys.path.pop(0)
+    path, calib, feed = bench_quant_aimet._transformer(kind, tmp_path)
+    text = bench_quant_aimet.cell(path, "w8a8", calib, feed, tmp_path)
+    assert text.startswith("verify ok"), text
+    ours, theirs = map(float, re.search(r"SQNR qlower ([-\d.]+) dB, QuantSim ([-\d.]+) dB", text).groups())
+    assert ours >= theirs - 0.5, text
+
+
+def test_a_zero_dimensional_constant_quantizes():
+    from qlower.graph.quantize import quantize_affine
+
+    got = quantize_affine(np.asarray(0.3535, np.float32), np.float64(0.0028), np.float64(0.0), 0, 255, np.uint8)
+    assert got.shape == () and got.dtype == np.uint8 and int(got) == 126
