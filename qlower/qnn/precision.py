@@ -55,7 +55,7 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
     """
     inputs = {id(v) for v in graph.inputs}
     outputs = {id(v) for v in graph.outputs}
-    cast_rank = _cast_max_rank(registry, backend)
+    cast_rank = cast_max_rank(registry, backend)
     changed = 0
     for v in list(graph.values):
         if v.dtype != _F32 or v.quant is not None or id(v) in inputs or id(v) in outputs:
@@ -128,7 +128,7 @@ def _saturate_f16(data: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(data), np.clip(data, -big, big), data).astype(_F16)
 
 
-def _cast_max_rank(registry, backend: str | None) -> int | None:
+def cast_max_rank(registry, backend: str | None) -> int | None:
     """The largest rank Cast takes on `backend`, from its constraints (HTP: 4); None when unbounded."""
     if registry is None or backend is None:
         return None

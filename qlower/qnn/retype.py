@@ -39,6 +39,7 @@ from qlower.graph.core import Graph, Op, Provenance, Value
 from qlower.graph.types import Quant, canonical_dtype
 from qlower.qnn.datatypes import DataType, from_numpy
 from qlower.qnn.opdef import OpDefRegistry
+from qlower.qnn.precision import cast_max_rank as _cast_max_rank
 from qlower.qnn.validate import datatypes_allowed
 
 _DT = {
@@ -285,8 +286,9 @@ def _choice(op: Op, mapping: dict[str, list[_Target]], registry: OpDefRegistry, 
 class _Builder:
     """Adds the ops of one conversion to the graph, next to the op they serve."""
 
-    def __init__(self, graph: Graph, prov: Provenance, base: str, shape) -> None:
+    def __init__(self, graph: Graph, prov: Provenance, base: str, shape, cast_rank: int | None = None) -> None:
         self.g, self.prov, self.base, self.shape = graph, prov, base, shape
+        self.cast_rank = cast_rank  # the backend's largest Cast rank (HTP: 4); higher ones cast flattened
 
     def const(self, value, dtype: str) -> Value:
         return self.g.add_value(self.g.fresh_value_name(f"{self.base}.k"), np.dtype(dtype), [1],
@@ -295,6 +297,16 @@ class _Builder:
     def op(self, qtype: str, operands: Sequence[Value], dtype: str, into: Value | None = None) -> Value:
         out = into if into is not None else self.g.add_value(self.g.fresh_value_name(f"{self.base}.t"),
                                                               np.dtype(dtype), self.shape)
+        if qtype == "Cast" and self.cast_rank is not None and self.shape is not None and len(self.shape) > self.cast_rank:
+            n = int(np.prod(self.shape))
+            flat = self.g.add_value(self.g.fresh_value_name(f"{self.base}.flat"), operands[0].dtype, [n],
+                                    quant=operands[0].quant)
+            self.g.add_op(self.g.fresh_op_name(f"{self.base}.flatten"), "qnn.Reshape", [operands[0]], [flat], {},
+                          self.prov)
+            cast = self.g.add_value(self.g.fresh_value_name(f"{self.base}.flat_cast"), out.dtype, [n], quant=out.quant)
+            self.g.add_op(self.g.fresh_op_name(f"{self.base}.cast"), "qnn.Cast", [flat], [cast], {}, self.prov)
+            self.g.add_op(self.g.fresh_op_name(f"{self.base}.unflatten"), "qnn.Reshape", [cast], [out], {}, self.prov)
+            return out
         self.g.add_op(self.g.fresh_op_name(f"{self.base}.{qtype.removeprefix('ElementWise').lower()}"),
                       f"qnn.{qtype}", list(operands), [out], {}, self.prov)
         return out
@@ -378,6 +390,7 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
     changed = 0
     converted: dict[tuple[str, _Target], Value] = {}
     conditional: dict[str, bool] = {}
+    cast_rank = _cast_max_rank(registry, backend)
     for op in list(graph.ops):
         if not op.type.startswith("qnn."):
             continue
@@ -404,7 +417,7 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
             src, t = _name(v), swap[_name(v)]
             nv = converted.get((v.name, t))
             if nv is None:
-                b = _Builder(graph, prov, f"{v.name}.to_{t.dtype}", v.shape)
+                b = _Builder(graph, prov, f"{v.name}.to_{t.dtype}", v.shape, cast_rank)
                 if v.data is not None and not v.is_input:
                     nv = graph.add_value(graph.fresh_value_name(f"{v.name}.{t.dtype}"), np.dtype(t.dtype), v.shape,
                                          data=_static(v.data, src, t))
@@ -426,7 +439,7 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
             route = None if _is_u32_i32(src, t.dtype) else _route_back(r, op, registry, backend, src, t.dtype)
             nv = graph.add_value(graph.fresh_value_name(f"{r.name}.{t.dtype}"), np.dtype(t.dtype), r.shape)
             graph.replace_result(op, j, nv)
-            b = _Builder(graph, prov, f"{r.name}.from_{t.dtype}", r.shape)
+            b = _Builder(graph, prov, f"{r.name}.from_{t.dtype}", r.shape, cast_rank)
             if _is_u32_i32(src, t.dtype):
                 b.i32_to_u32(nv, t.wrapping, r)
                 continue
