@@ -233,11 +233,8 @@ def _check_pool(x, attrs, results, backend, opset=12, runtime=None):
         with pytest.raises(QlowerError, match="lies wholly in the padding"):
             result.raise_for_errors()
         return
-    if backend == "htp" and x.dtype == np.int8 and x.ndim == 5:
-        # HTP computes int8 in int32 behind Casts at the graph's edges, and its Cast stops at rank 4
-        with pytest.raises(QlowerError, match="Cast supports rank <= 4 on HTP"):
-            result.raise_for_errors()
-        return
+    # (HTP computes int8 in int32 behind Casts at the graph's edges; at rank 5, above its Cast's
+    # rank 4, they cast the tensor flattened)
     result.raise_for_errors()
     want = runtime(model, {"x": x}) if runtime else ReferenceEvaluator(model).run(None, {"x": x})
     got = run(result.qnn, {"x": x})
@@ -281,8 +278,6 @@ def test_maxpool_equals_onnxruntime(case, backend, results):
     nd = x.ndim - 2
     if _has_empty_window(list(x.shape), attrs, 22) or (nd == 3 and 1 not in attrs["kernel_shape"]):
         return  # nothing lowered; or a 3-D unit-stride kernel, which onnx.reference alone computes
-    if backend == "htp" and x.dtype == np.int8 and nd == 3:
-        return  # not lowered (see _check_pool)
     # --verify's reference (onnx.reference, routed around its unit-stride routine) agrees as well
     result = qlower.lower(load_onnx(_pool_model(x, attrs, results, 22)), _onnx_rules(), backend=backend, verify=True,
                           inputs={"x": x})
@@ -343,3 +338,14 @@ def test_one_result_maxpool_lowers_as_before(rules):
     result = qlower.lower(load_onnx(model), rules, backend="cpu")
     result.raise_for_errors()
     assert [op.type for op in result.qnn.ops] == ["Transpose", "PoolMax2d", "Transpose"]
+
+
+def test_int8_3d_maxpool_with_indices_on_htp_equals_onnx_reference():
+    """int8 is computed in int32 on HTP behind Casts; at rank 5 they cast the tensor flattened
+    (HTP's Cast takes rank 4 at most)."""
+    x = np.random.default_rng(5).integers(-128, 128, (1, 2, 3, 4, 4)).astype(np.int8)
+    attrs = {"kernel_shape": [1, 2, 2], "dilations": [1, 1, 1], "strides": [1, 2, 2], "storage_order": 0,
+             "ceil_mode": 0, "auto_pad": "NOTSET", "pads": [0, 0, 0, 0, 0, 0]}
+    _check_pool(x, attrs, 2, "htp", 12)
+    _check_pool(np.array([[[[[-124]]]]], np.int8), {"kernel_shape": [1, 1, 1], "dilations": [1, 1, 1],
+                "strides": [2, 1, 1], "storage_order": 0, "ceil_mode": 0, "auto_pad": "SAME_UPPER"}, 2, "htp", 12)
