@@ -159,35 +159,25 @@ class Coverage:
         for rule in self.by_type.get(op_type, []):
             for b in rule.body:
                 if type(b).__name__ == "Fail":
-                    out.append(_message(_source_text(b.span), op_type))
+                    out.append(_message(b.message, op_type))
         return out
 
 
-def _source_text(span: Any) -> str:
-    m = re.match(r"(.*):(\d+):(\d+)$", str(span))
-    if not m:
-        return str(span)
-    try:
-        line = Path(m.group(1)).read_text().splitlines()[int(m.group(2)) - 1]
-    except OSError:
-        return str(span)
-    return line.strip().removeprefix("fail ").strip()
+def _message(e: Any, op_type: str) -> str:
+    """A `fail` message as the user reads it: its string literals joined by `++`, `optype(v)` of the
+    matched op as its type (`aten.avg_pool2d_backward`), anything else as written, in braces."""
+    from qlower.lang import ast
+    from qlower.lang.formatter_parts import format_expr
 
-
-def _message(expr: str, op_type: str) -> str:
-    """A `fail` expression as the user reads it: string literals joined by `++`, `optype(v)` of the
-    matched op as its type (`aten.avg_pool2d_backward`); anything else kept as written, in braces."""
-    parts = []
-    for piece in re.split(r"\s*\+\+\s*", expr):
-        if len(piece) >= 2 and piece[0] == piece[-1] == '"':
-            parts.append(piece[1:-1].replace('\\"', '"'))
-        elif re.fullmatch(r"optype\(\w+\)", piece):
-            parts.append(op_type)
-        elif re.fullmatch(r"str\((\w+)\)", piece):
-            parts.append("{" + piece[4:-1] + "}")
-        else:
-            parts.append("{" + piece + "}")
-    return "".join(parts)
+    if isinstance(e, ast.Binary) and e.op == "++":
+        return _message(e.left, op_type) + _message(e.right, op_type)
+    if isinstance(e, ast.Literal) and isinstance(e.value, str):
+        return e.value
+    if isinstance(e, ast.Call) and e.func == "optype":
+        return op_type
+    if isinstance(e, ast.Call) and e.func == "str" and len(e.args) == 1:
+        return "{" + format_expr(e.args[0]) + "}"
+    return "{" + format_expr(e) + "}"
 
 
 def table(ops: Iterable[str], cov: Coverage, source: dict[str, set[str]]) -> list[dict[str, Any]]:

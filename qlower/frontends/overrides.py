@@ -17,8 +17,8 @@ the same encodings gives it after `onnx_qdq` folded its pairs:
 
 A float constant that a quantized Add/Sub/Mul/Div/MatMul/Concat/Where reads and the file leaves out
 (one folded from tensors it names) gets a min/max encoding in the op's result datatype, as the
-converter encodes a static tensor without an override. Tensors left out otherwise stay float. Entries that name no tensor of the graph, or name an
-integer tensor, are reported, not applied. An entry whose channel count or blocks do not fit its
+converter encodes a static tensor without an override. Tensors left out otherwise stay float.
+Entries that name no tensor of the graph, or name an integer tensor, are reported, not applied. An entry whose channel count or blocks do not fit its
 tensor is an error naming the entry.
 """
 
@@ -104,15 +104,6 @@ def _quantize_const(v: Value, q: Quant, dtype: np.dtype) -> np.ndarray:
     return quantize_affine(data, scale, zero, lo, hi, dtype)
 
 
-def _read_as_tensor(v: Value) -> bool:
-    """A float constant that AIMET lists among the activations and an op reads as an operand (a tied
-    embedding table read by a Gather and the lm_head MatMul, position embeddings folded to a
-    constant, an attention scale) is a tensor its QuantSim quantizes with that encoding for every
-    reader: quantized so, as a weight is. One no op reads (a Clip bound, which the frontend made an
-    attribute) stays the number the converter keeps."""
-    return bool(v.users)
-
-
 def apply_overrides(graph: Graph, encodings: EncodingSet) -> OverrideReport:
     """Apply `encodings` to `graph` in place (see the module docstring)."""
     params: list[str] = []
@@ -133,8 +124,10 @@ def apply_overrides(graph: Graph, encodings: EncodingSet) -> OverrideReport:
             if v.dtype is None or np.dtype(v.dtype).kind != "f" or v.quant is not None:
                 skipped.append((name, f"the tensor is {'already quantized' if v.quant is not None else v.dtype}"))
                 continue
-            if v.data is not None and e.role == "activation" and not _read_as_tensor(v):
-                # e.g. a Clip bound: the converter keeps it a number
+            if v.data is not None and e.role == "activation" and not v.users:
+                # a constant no op reads (a Clip bound, which the frontend made an attribute): the
+                # converter keeps it a number. One an op reads (a tied embedding table, an attention
+                # scale) QuantSim quantizes with that encoding for every reader: as a weight, below.
                 skipped.append((name, "a constant listed as an activation: it stays float"))
                 continue
             if v.data is not None:

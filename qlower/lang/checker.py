@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, MutableMapping, Sequence
 
+import attrs
+
 from qlower.diagnostics import Diagnostic, Note, SourceCache, did_you_mean, error, warning
 from qlower.lang import ast
 from qlower.lang.checker_rules import RuleChecker
@@ -131,8 +133,8 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
     overridden = _check_overrides(ctx, modules)
     deep = {id(x) for m in modules if focus is None or m.file in focus for x in (*m.rules, *m.tests)}
     broken: set[int] = set()  # rules with errors do not shadow others
-    seen_with = (tuple(ctx.decls.values()), tuple(sorted(ctx.defines.items())), frozenset(ctx.recursive_defs),
-                 registry, functions)
+    seen_with = _Setting(tuple(ctx.decls.values()), tuple(sorted(ctx.defines.items())),
+                         frozenset(ctx.recursive_defs), registry, functions)
     for r in rules:
         if id(r) not in deep:
             continue
@@ -162,11 +164,28 @@ def check(modules: Sequence[ast.Module], *, registry: TargetRegistry, functions:
                   if d.span else (big + 1, 0, 0))
 
 
-def _check_rule(ctx: Context, r: ast.Rule, memo: MutableMapping | None, seen_with: tuple) -> None:
+@attrs.frozen(eq=False)
+class _Setting:
+    """What one rule's checks read besides the rule: the declarations and defs, registry and functions."""
+
+    decls: tuple[ast.OpDecl, ...]
+    defines: tuple[tuple[str, int], ...]
+    recursive_defs: frozenset[str]
+    registry: TargetRegistry
+    functions: FunctionTable
+
+    def same_as(self, other: _Setting) -> bool:
+        """The very declaration objects, registry and functions; equal defs."""
+        return (len(self.decls) == len(other.decls) and all(a is b for a, b in zip(self.decls, other.decls))
+                and self.defines == other.defines and self.recursive_defs == other.recursive_defs
+                and self.registry is other.registry and self.functions is other.functions)
+
+
+def _check_rule(ctx: Context, r: ast.Rule, memo: MutableMapping | None, seen_with: _Setting) -> None:
     """One rule's checks, or (with `memo`) the findings they gave this very rule in the same setting."""
     key = ("checked", id(r))  # beside the parse cache's keys; the entry keeps `r` alive, so ids stay unique
     hit = memo.get(key) if memo is not None else None
-    if hit is not None and hit[0] is r and _same(hit[1], seen_with):
+    if hit is not None and hit[0] is r and hit[1].same_as(seen_with):
         for d in hit[2]:
             ctx.report(d)
         return
@@ -176,15 +195,6 @@ def _check_rule(ctx: Context, r: ast.Rule, memo: MutableMapping | None, seen_wit
     _check_self_feeding(ctx, r)
     if memo is not None:
         memo[key] = (r, seen_with, tuple(ctx.diagnostics[start:]))
-
-
-def _same(a: tuple, b: tuple) -> bool:
-    """The settings of two checks alike: the same declaration objects, defs, registry and functions."""
-    decls_a, *rest_a = a
-    decls_b, *rest_b = b
-    return (len(decls_a) == len(decls_b) and all(x is y for x, y in zip(decls_a, decls_b))
-            and rest_a[0] == rest_b[0] and rest_a[1] == rest_b[1]
-            and rest_a[2] is rest_b[2] and rest_a[3] is rest_b[3])
 
 
 def _name_span(ctx: Context, item: ast.Rule | ast.Test, keyword: str):

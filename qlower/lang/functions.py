@@ -129,7 +129,7 @@ def _real_value(v) -> np.ndarray:
     q = v.quant
     if q is None:
         return data
-    if getattr(q, "block_size", None) is not None:
+    if q.block_size is not None:
         raise EvalError(f"value {v.name} is block-quantized: its real values are not computed here")
     scale, zero = np.asarray(q.scale, np.float64), np.asarray(q.zero_point, np.float64)
     if q.axis is not None and np.ndim(data) > 0:

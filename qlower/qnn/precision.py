@@ -77,7 +77,7 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
         if not users:
             continue
         nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
-        casts = _cast(graph, v, nv, f"{v.name}.to_f16", cast_rank)
+        casts = cast(graph, v, nv, f"{v.name}.to_f16", cast_rank)
         for user, idx in users:
             if user not in casts:
                 graph.set_operand(user, idx, nv)
@@ -89,7 +89,7 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
             float_users = [(u, j) for u, j in v.users if u.type.startswith("qnn.")]
             if float_users:  # float ops after it compute in float16, behind a Cast of their own
                 nv = graph.add_value(graph.fresh_value_name(f"{v.name}.f16"), _F16, v.shape)
-                _cast(graph, v, nv, f"{v.name}.to_f16", cast_rank)
+                cast(graph, v, nv, f"{v.name}.to_f16", cast_rank)
                 for user, j in float_users:
                     graph.set_operand(user, j, nv)
                 changed += 1
@@ -101,7 +101,7 @@ def to_float16(graph: Graph, registry=None, backend: str | None = None) -> int:
         # other consumers of the float32 output read the float16 value instead
         for user, j in list(v.users):
             graph.set_operand(user, j, nv)
-        _cast(graph, nv, v, f"{v.name}.to_f32", cast_rank)
+        cast(graph, nv, v, f"{v.name}.to_f32", cast_rank)
         changed += 1
     return changed
 
@@ -137,14 +137,14 @@ def cast_max_rank(registry, backend: str | None) -> int | None:
     return min(limits, default=None)
 
 
-def _cast(graph: Graph, src, dst, name: str, max_rank: int | None) -> list:
+def cast(graph: Graph, src, dst, name: str, max_rank: int | None, prov: Provenance | None = None) -> list:
     """qnn.Cast src → dst; above the backend's rank limit for Cast on the flattened tensor, between Reshapes."""
-    prov = Provenance(_PROV.rule, _PROV.location, dst.name)
+    prov = prov or Provenance(_PROV.rule, _PROV.location, dst.name)
     if dst.shape is None or max_rank is None or len(dst.shape) <= max_rank:
         return [graph.add_op(graph.fresh_op_name(name), "qnn.Cast", [src], [dst], {}, prov)]
     n = (int(np.prod(dst.shape)),)
-    flat_in = graph.add_value(graph.fresh_value_name(f"{src.name}.flat"), src.dtype, n)
-    flat_out = graph.add_value(graph.fresh_value_name(f"{dst.name}.flat"), dst.dtype, n)
+    flat_in = graph.add_value(graph.fresh_value_name(f"{src.name}.flat"), src.dtype, n, quant=src.quant)
+    flat_out = graph.add_value(graph.fresh_value_name(f"{dst.name}.flat"), dst.dtype, n, quant=dst.quant)
     return [graph.add_op(graph.fresh_op_name(f"{name}.flatten"), "qnn.Reshape", [src], [flat_in], {}, prov),
             graph.add_op(graph.fresh_op_name(name), "qnn.Cast", [flat_in], [flat_out], {}, prov),
             graph.add_op(graph.fresh_op_name(f"{name}.unflatten"), "qnn.Reshape", [flat_out], [dst], {}, prov)]

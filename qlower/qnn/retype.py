@@ -1,9 +1,10 @@
 """Datatypes a backend's op lacks, computed in another one behind Casts (the packs' `compute` declarations).
 
 After lowering, a QNN op whose input/output datatypes match no datatype row of the backend (or that
-a documented constraint refuses for its datatypes only: HTP's FLOAT_16 ScatterElements takes
-reduction NONE alone, its FLOAT_32 one every reduction) is retried with some of its dtypes replaced as a `compute SRC... as DST [wrapping] [for OPS]
-[backends(...)]` declaration allows: when the op takes the replaced datatypes and the backend has
+a documented constraint refuses for a datatype a declaration replaces: HTP's FLOAT_16
+ScatterElements takes reduction NONE alone, its FLOAT_32 one every reduction) is retried with some
+of its dtypes replaced as a `compute SRC... as DST [wrapping] [for OPS] [backends(...)]` declaration
+allows: when the op takes the replaced datatypes and the backend has
 the ops that convert each replaced input to DST and each replaced output back, those conversions
 are put around the op (static inputs are converted in place). The declarations state which
 replacements are exact for which ops; the pass only checks what the op definitions allow.
@@ -35,11 +36,13 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
+from qlower.diagnostics import QlowerError
 from qlower.graph.core import Graph, Op, Provenance, Value
 from qlower.graph.types import Quant, canonical_dtype
 from qlower.qnn.datatypes import DataType, from_numpy
 from qlower.qnn.opdef import OpDefRegistry
-from qlower.qnn.precision import cast_max_rank as _cast_max_rank
+from qlower.qnn.precision import cast as put_cast
+from qlower.qnn.precision import cast_max_rank
 from qlower.qnn.validate import datatypes_allowed
 
 _DT = {
@@ -166,14 +169,19 @@ def _valid_as_is(op: Op, registry: OpDefRegistry, backend: str) -> bool:
             and datatypes_allowed(registry, op.type[4:], backend, ins, outs))
 
 
-def _dtype_conditional(registry: OpDefRegistry, op_type: str, backend: str, memo: dict[str, bool]) -> bool:
-    """Whether a documented constraint of the op on `backend` holds for some datatypes only ("for
-    FLOAT_16, only NONE reduction"): then valid datatypes alone do not make the op valid."""
-    if op_type not in memo:
-        memo[op_type] = any(c.when.datatypes is not None or c.when.except_datatypes
-                            or "dtype(" in getattr(c.get("if"), "text", "")
-                            for c in registry.checks(op_type, backend))
-    return memo[op_type]
+def _conditional_on(registry: OpDefRegistry, op_type: str, backend: str, sources: frozenset[str],
+                    memo: dict[tuple[str, frozenset[str]], bool]) -> bool:
+    """Whether a documented constraint of the op on `backend` holds for one of the datatypes a
+    `compute` declaration replaces ("for FLOAT_16, only NONE reduction"): then valid datatypes alone
+    do not make the op valid, and the replaced datatypes may. Only such ops are validated whole here."""
+    key = (op_type, sources)
+    if key not in memo:
+        names = {_DT[s].name for s in sources if s in _DT}
+        memo[key] = any({d.name for d in (c.when.datatypes or ())} & names
+                        or {d.name for d in c.when.except_datatypes} & names
+                        or any(f"'{n}'" in getattr(c.get("if"), "text", "") for n in names)
+                        for c in registry.checks(op_type, backend))
+    return memo[key]
 
 
 def _refused(op: Op, registry: OpDefRegistry, backend: str, swap: dict[str, _Target] | None = None) -> bool:
@@ -197,7 +205,7 @@ def _refused(op: Op, registry: OpDefRegistry, backend: str, swap: dict[str, _Tar
     one.set_io([v for v in operands if v is not None and v.data is None], results)
     try:
         diags = validate_graph(to_table(one, registry), registry, backend)
-    except Exception:  # noqa: BLE001 - an op the converter cannot take on its own is not retried
+    except QlowerError:  # an op the converter cannot take on its own is not retried
         return False
     return any(d.is_error for d in diags)
 
@@ -297,15 +305,8 @@ class _Builder:
     def op(self, qtype: str, operands: Sequence[Value], dtype: str, into: Value | None = None) -> Value:
         out = into if into is not None else self.g.add_value(self.g.fresh_value_name(f"{self.base}.t"),
                                                               np.dtype(dtype), self.shape)
-        if qtype == "Cast" and self.cast_rank is not None and self.shape is not None and len(self.shape) > self.cast_rank:
-            n = int(np.prod(self.shape))
-            flat = self.g.add_value(self.g.fresh_value_name(f"{self.base}.flat"), operands[0].dtype, [n],
-                                    quant=operands[0].quant)
-            self.g.add_op(self.g.fresh_op_name(f"{self.base}.flatten"), "qnn.Reshape", [operands[0]], [flat], {},
-                          self.prov)
-            cast = self.g.add_value(self.g.fresh_value_name(f"{self.base}.flat_cast"), out.dtype, [n], quant=out.quant)
-            self.g.add_op(self.g.fresh_op_name(f"{self.base}.cast"), "qnn.Cast", [flat], [cast], {}, self.prov)
-            self.g.add_op(self.g.fresh_op_name(f"{self.base}.unflatten"), "qnn.Reshape", [cast], [out], {}, self.prov)
+        if qtype == "Cast":  # flattened above the backend's Cast rank (HTP: 4)
+            put_cast(self.g, operands[0], out, f"{self.base}.cast", self.cast_rank, self.prov)
             return out
         self.g.add_op(self.g.fresh_op_name(f"{self.base}.{qtype.removeprefix('ElementWise').lower()}"),
                       f"qnn.{qtype}", list(operands), [out], {}, self.prov)
@@ -389,8 +390,9 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
         return 0
     changed = 0
     converted: dict[tuple[str, _Target], Value] = {}
-    conditional: dict[str, bool] = {}
-    cast_rank = _cast_max_rank(registry, backend)
+    conditional: dict[tuple[str, frozenset[str]], bool] = {}
+    mappings: dict[str, dict[str, list[_Target]]] = {}  # per op type
+    cast_rank = cast_max_rank(registry, backend)
     for op in list(graph.ops):
         if not op.type.startswith("qnn."):
             continue
@@ -398,15 +400,14 @@ def compute_in_supported_types(graph: Graph, computes: Sequence, registry: OpDef
         outs = [_dt(r) for r in op.results]
         if None in outs or any(d is None for v, d in zip(op.operands, ins) if v is not None):
             continue
-        constrained = False
-        if _valid_as_is(op, registry, backend):
-            # datatypes the backend takes, but a constraint may still refuse them for this op
-            mapping = _mapping(computes, op.type, backend)
-            if not (mapping and _dtype_conditional(registry, op.type[4:], backend, conditional)
-                    and _refused(op, registry, backend)):
-                continue
-            constrained = True
-        mapping = _mapping(computes, op.type, backend)
+        mapping = mappings.get(op.type)
+        if mapping is None:
+            mapping = mappings[op.type] = _mapping(computes, op.type, backend)
+        constrained = _valid_as_is(op, registry, backend)
+        if constrained and not (  # datatypes the backend takes, which a constraint may still refuse
+                mapping and _conditional_on(registry, op.type[4:], backend, frozenset(mapping), conditional)
+                and _refused(op, registry, backend)):
+            continue
         swap = _choice(op, mapping, registry, backend, constrained) if mapping else None
         if swap is None:
             continue

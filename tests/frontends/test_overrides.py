@@ -163,7 +163,7 @@ def test_a_misfit_entry_is_a_clear_error(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_a_transformer_quantized_by_aimet_lowers_verifies_and_matches_quantsim(kind, tmp_path):
+def test_a_transformer_quantized_by_aimet_lowers_verifies_and_matches_quantsim(kind, tmp_path, bench):
     """A transformers decoder (random weights, dynamo ONNX export) through aimet-onnx's QuantSim at
     w8a8: AIMET lists the tied embedding table and the constants ops read among its activations and
     leaves out what export folded (position embeddings, a LayerNorm's bias); the lowered graph must
@@ -171,13 +171,8 @@ def test_a_transformer_quantized_by_aimet_lowers_verifies_and_matches_quantsim(k
     pytest.importorskip("aimet_onnx.quantsim")
     pytest.importorskip("transformers")
     import re
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        import bench_quant_aimet
-    finally:
-        sys.path.pop(0)
+    bench_quant_aimet = bench("bench_quant_aimet")
     path, calib, feed = bench_quant_aimet._transformer(kind, tmp_path)
     text = bench_quant_aimet.cell(path, "w8a8", calib, feed, tmp_path)
     assert text.startswith("verify ok"), text

@@ -320,21 +320,13 @@ def test_qnn_quantizer_pt2_loads_from_a_file(qnn_quantized, tmp_path, rules) -> 
     assert g.name == "net" and "aten.quantize_encoded" in {op.type for op in g.topo_order()}
 
 
-def test_a_gqa_llama_quantized_by_qnn_quantizer_lowers_for_htp(rules) -> None:
+def test_a_gqa_llama_quantized_by_qnn_quantizer_lowers_for_htp(rules, bench) -> None:
     """ExecuTorch's QnnQuantizer (8a8w) on a transformers Llama with grouped-query attention: its
     rank-5 key/value expansion reaches HTP's float16-less Quantize through a Cast, which HTP takes
     up to rank 4 only; the conversion is cast flattened. Lowers, validates and comes within 1 dB of
     the quantizer's own SQNR against the float model (bench/bench_quant_executorch.py's cell)."""
     pytest.importorskip("executorch.backends.qualcomm.quantizer.quantizer")
     pytest.importorskip("transformers")
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    try:
-        import bench_quant_executorch
-    finally:
-        sys.path.pop(0)
-    cell = bench_quant_executorch.run_cell("llama", "8a8w", rules)
+    cell = bench("bench_quant_executorch").run_cell("llama", "8a8w", rules)
     assert cell["status"] == "ok", cell
     assert cell["sqnr_qlower"] >= cell["sqnr_quantizer"] - 1.0, cell
