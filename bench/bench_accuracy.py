@@ -4,7 +4,8 @@ float model on held-out inputs, on the same calibration data, at w8a16 and w4a16
     python bench/bench_accuracy.py [--calibration 8] [--held-out 8]
 
   qlower   `qlower.quantize` (min-max; 4-bit: per channel, LPBQ blocks of 32 where they divide the
-           rows), lowered for HTP and run with qlower's QNN reference interpreter
+           rows), lowered for HTP and run with qlower's QNN reference interpreter; again with
+           param_calibration_method="mse" (weights clipped where that lowers their squared error)
   AIMET    aimet-onnx's QuantizationSimModel, its default scheme, int16 activations, int8/int4 params
   ORT      onnxruntime's get_qnn_qdq_config (QUInt16 activations, QUInt8 / QInt4 per-channel weights),
            the QDQ model run by onnxruntime's CPU provider
@@ -64,7 +65,8 @@ def models(tmp: Path) -> dict[str, tuple[Path, dict[str, tuple[int, ...]]]]:
     return out
 
 
-def run_qlower(path: Path, calib: list[dict], held: list[dict], bits: int, tmp: Path) -> list[np.ndarray]:
+def run_qlower(path: Path, calib: list[dict], held: list[dict], bits: int, tmp: Path,
+               param_method: str = "minmax") -> list[np.ndarray]:
     import qlower
     from qlower.frontends.onnx_frontend import load_onnx
     from qlower.graph.quantize import quantize_real
@@ -74,7 +76,8 @@ def run_qlower(path: Path, calib: list[dict], held: list[dict], bits: int, tmp: 
     from qlower.reference.quant import dequantize
 
     g = load_onnx(path)
-    opts = QuantOptions(weights_bitwidth=bits, block_size=32 if bits == 4 else None)
+    opts = QuantOptions(weights_bitwidth=bits, block_size=32 if bits == 4 else None,
+                        param_calibration_method=param_method)
     q = quantize(g, calib, opts)
     result = qlower.lower(q, qlower.load_rules(packs=["onnx"]), backend="htp")
     result.raise_for_errors()
@@ -135,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         ref = np.concatenate([sess.run(None, f)[0].reshape(-1) for f in held])
         for bits in (8, 4):
             row = [name, f"w{bits}a16"]
-            for tool, fn in (("qlower", run_qlower), ("AIMET", run_aimet), ("ORT", run_ort)):
+            qlower_mse = lambda *a: run_qlower(*a, param_method="mse")  # noqa: E731
+            for tool, fn in (("qlower", run_qlower), ("qlower-mse", qlower_mse), ("AIMET", run_aimet),
+                             ("ORT", run_ort)):
                 try:
                     got = np.concatenate([np.asarray(o).reshape(-1) for o in fn(path, calib, held, bits, tmp)])
                     row.append(f"{sqnr(ref, got):6.2f}")
@@ -143,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                     row.append(f"n/a ({type(exc).__name__}: {str(exc)[:80]})")
             rows.append(row)
             print(" | ".join(row), flush=True)
-    print("\nmodel | mode | qlower SQNR dB | AIMET QuantSim dB | ORT get_qnn_qdq_config dB")
+    print("\nmodel | mode | qlower SQNR dB | qlower, mse weights dB | AIMET QuantSim dB | ORT get_qnn_qdq_config dB")
     for r in rows:
         print(" | ".join(r))
     return 0

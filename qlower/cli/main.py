@@ -178,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the KV cache (past_*/present_*): uint8 symmetric, zero point 128; 0: as activations")
     s.add_argument("--calibration-method", choices=("minmax", "percentile", "mse"), default="minmax",
                    help="activation ranges: min-max, a percentile, or the least-squared-error (SQNR) range")
+    s.add_argument("--param-calibration-method", choices=("minmax", "mse"), default="minmax",
+                   help="weight ranges: max|w| per channel (block), or clipped where that lowers the squared error")
     s.add_argument("--percentile-calibration-value", type=float, default=99.99, metavar="P")
     s.add_argument("--act-quantizer-schema", choices=("asymmetric", "symmetric"), default="asymmetric")
     s.add_argument("--quantization-overrides", default=None, metavar="FILE",

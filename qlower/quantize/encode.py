@@ -74,18 +74,58 @@ def _amax(w: np.ndarray, out_axis: int, in_axis: int, block: int | None) -> np.n
     return out[:, 0] if block is None else out
 
 
+CLIP_RATIOS = np.linspace(0.5, 1.0, 21)  # the least-squared-error search's candidates, fractions of max|w|
+
+
+def _channel_slices(w: np.ndarray, out_axis: int) -> list[tuple[slice, int, np.ndarray]]:
+    """The weight as channel-major float32 parts: (channels, first input position, [c, n] values);
+    a 2-D weight a slice of rows at a time."""
+    if w.ndim != 2:
+        whole = np.moveaxis(np.asarray(w, np.float32), out_axis, 0).reshape(w.shape[out_axis], -1)
+        return [(slice(None), 0, whole)]
+    if out_axis == 0:
+        return [(slice(i, j), 0, _rows(w, i, j)) for i, j in _row_slices(w.shape)]
+    return [(slice(None), i, _rows(w, i, j).T) for i, j in _row_slices(w.shape)]
+
+
+def _least_error_amax(w: np.ndarray, amax: np.ndarray, bits: int, out_axis: int, block: int | None,
+                      shared: bool = False) -> np.ndarray:
+    """`amax` ([C] or [C, B]) clipped, per channel (or block; `shared`: one ratio for all), to the
+    candidate of CLIP_RATIOS whose symmetric quantization of the weight has the least squared error:
+    the converter's `param_quantizer_calibration mse`. At 4 bits clipping the largest weights pays."""
+    top = (1 << (bits - 1)) - 1
+    flat = amax.reshape(amax.shape[0], -1)
+    err = np.zeros((len(CLIP_RATIOS), *flat.shape), np.float64)
+    for channels, first, part in _channel_slices(w, out_axis):
+        n = part.shape[1]
+        ids = np.zeros(n, np.int64) if block is None else (first + np.arange(n)) // block
+        starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+        cols = ids[starts]
+        for k, ratio in enumerate(CLIP_RATIOS):
+            scale = np.where(flat[channels] > 0, flat[channels] * ratio / top, 1.0)[:, ids]
+            sq = np.square(np.clip(np.rint(part / scale), -top - 1, top) * scale - part)
+            err[k, channels][:, cols] += np.add.reduceat(sq, starts, axis=1)
+    if shared:
+        return (flat * CLIP_RATIOS[np.argmin(err.sum(axis=(1, 2)))]).reshape(amax.shape)
+    return (flat * CLIP_RATIOS[np.argmin(err, axis=0)]).reshape(amax.shape)
+
+
 def weight_encoding(w: np.ndarray, bits: int, out_axis: int, in_axis: int, *, per_channel: bool = True,
-                    block: int | None = None) -> tuple[Quant, np.ndarray]:
+                    block: int | None = None, method: str = "minmax") -> tuple[Quant, np.ndarray]:
     """Symmetric signed weights in int8 storage: per output channel (or per tensor), 8 or 4 bits; with
     `block`, LPBQ: per channel a float scale times a 4-bit integer per block of `block` inputs (what
-    QNN's BLOCKWISE_EXPANSION stores), so each block's scale is that product."""
+    QNN's BLOCKWISE_EXPANSION stores), so each block's scale is that product. `method` "mse" clips each
+    channel's (block's) range where that lowers the squared error (else max|w|)."""
     out_axis %= w.ndim
     in_axis %= w.ndim
     top = (1 << (bits - 1)) - 1  # 127 or 7: the symmetric range
     if block is not None and (w.ndim != 2 or w.shape[in_axis] % block or w.shape[in_axis] <= block):
         block = None  # QNN's blocks are whole: a dimension they do not divide stays per channel
     if block is not None:
-        amax = _amax(w, out_axis, in_axis, block) / top  # the scale each block wants
+        amax = _amax(w, out_axis, in_axis, block)
+        if method == "mse":
+            amax = _least_error_amax(w, amax, bits, out_axis, block)
+        amax = amax / top  # the scale each block wants
         channel = amax.max(axis=1) / 15.0
         channel[channel == 0] = 1.0
         ints = np.clip(np.ceil(amax / channel[:, None] - 1e-9), 1, 15).astype(np.int64)
@@ -100,6 +140,9 @@ def weight_encoding(w: np.ndarray, bits: int, out_axis: int, in_axis: int, *, pe
         amax = _amax(w, out_axis, in_axis, None)
         if not per_channel:
             amax = np.full(1, amax.max())
+        if method == "mse":
+            full = amax if per_channel else np.full(w.shape[out_axis], amax[0])
+            amax = _least_error_amax(w, full, bits, out_axis, None, shared=not per_channel)[:len(amax)]
         scale = np.where(amax > 0, amax / top, 1.0)
         q = Quant(scale, [0] * len(scale), axis=out_axis if per_channel else None,
                   bitwidth=bits if bits < 8 else None, symmetric=True)
@@ -128,9 +171,9 @@ def bias_encoding(b: np.ndarray) -> tuple[Quant, np.ndarray]:
     return q, quantize_real(b, q, np.dtype(np.int32))
 
 
-def param_encoding(data: np.ndarray, bits: int) -> tuple[Quant, np.ndarray]:
-    """Any other float constant (norm weights, embedding tables, scalars): per tensor, unsigned and
-    asymmetric like activations, over its own range."""
+def param_encoding(data: np.ndarray, bits: int, symmetric: bool = False) -> tuple[Quant, np.ndarray]:
+    """Any other float constant (norm weights, embedding tables, scalars): per tensor, unsigned like
+    activations, over its own range; asymmetric unless the op reading it requires symmetric."""
     lo, hi = np.inf, -np.inf
     if data.ndim == 0:
         arr = np.asarray(data, np.float32)
@@ -139,7 +182,7 @@ def param_encoding(data: np.ndarray, bits: int) -> tuple[Quant, np.ndarray]:
         for i, j in _row_slices(data.shape):
             part = _rows(data, i, j)
             lo, hi = min(lo, float(part.min())), max(hi, float(part.max()))
-    dtype, q = act_encoding(lo, hi, bits)
+    dtype, q = act_encoding(lo, hi, bits, symmetric)
     if data.ndim == 0:  # (as one element: quantize_real's 0-d path trips on numpy scalars)
         return q, quantize_real(np.asarray(data, np.float32).reshape(1), q, dtype).reshape(())
     out = np.empty(data.shape, dtype)

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 
 METHODS = ("minmax", "percentile", "mse")
+PARAM_METHODS = ("minmax", "mse")
 
 
 def _check(opts: QuantOptions) -> None:
@@ -23,6 +24,9 @@ def _check(opts: QuantOptions) -> None:
         raise ValueError(f"block_size must be positive, got {opts.block_size}")
     if opts.calibration_method not in METHODS:
         raise ValueError(f"calibration_method must be one of {', '.join(METHODS)}, got {opts.calibration_method!r}")
+    if opts.param_calibration_method not in PARAM_METHODS:
+        raise ValueError(f"param_calibration_method must be one of {', '.join(PARAM_METHODS)}, got "
+                         f"{opts.param_calibration_method!r}")
     if not 50.0 < opts.percentile <= 100.0:
         raise ValueError(f"percentile must be in (50, 100], got {opts.percentile}")
 
@@ -47,6 +51,7 @@ class QuantOptions:
     block_size: int | None = None  # LPBQ: 4-bit weights in blocks of this many input elements
     kv_bitwidth: int | None = 8
     calibration_method: str = "minmax"
+    param_calibration_method: str = "minmax"  # weights: max|w|, or the least-squared-error clip per channel/block
     percentile: float = 99.99  # percentile_calibration_value
     act_symmetric: bool = False
     per_channel: bool = True

@@ -117,7 +117,8 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
     # ---- the new graph: same names, quantized storage
     new: dict[str, Value] = {}
     made: dict[tuple[str, str], Value] = {}
-    gather, cover = table["gather"], table["cover"]
+    gather, cover, symmetric_params = table["gather"], table["cover"], table["symmetric_param"]
+    absorbed_by = frozenset(table["absorbs_range"])
     symmetric: set[str] = set()
     for op in graph.ops:
         at = table["symmetric_range"].get(op.type)
@@ -160,11 +161,12 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
             block = opts.block_size if bits == 4 and opts.block_size else None
             if block is not None and v.shape[axes[1]] <= block:
                 block = None
-            enc, data = weight_encoding(v.data, bits, axes[0], axes[1], per_channel=opts.per_channel, block=block)
+            enc, data = weight_encoding(v.data, bits, axes[0], axes[1], per_channel=opts.per_channel, block=block,
+                                        method=opts.param_calibration_method)
         elif role == "bias":
             enc, data = bias_encoding(v.data)
         else:
-            enc, data = param_encoding(v.data, over.bitwidth.get(v.name, opts.act_bitwidth))
+            enc, data = param_encoding(v.data, over.bitwidth.get(v.name, opts.act_bitwidth), role == "symmetric")
         nv = q.add_value(vname, data.dtype, v.shape, quant=enc, data=data)
         if sink is not None:
             sink(nv, data)
@@ -190,6 +192,20 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
             else:
                 at = cover.get(op.type)
                 act[r.name] = encode(r, op.operands[at] if at is not None and len(op.operands) > at else None)
+
+    # an op's result that only a ReLU reads is quantized on the ReLU's [0, hi] range, which saturates
+    # what the ReLU zeroes: exactly the ReLU, and no code of the range spent on negatives (the
+    # Conv+Relu supergroup of AIMET, the range ORT's quantizer lets absorb the Relu)
+    for op in graph.ops:
+        if op.type not in absorbed_by or not op.operands or op.operands[0] is None:
+            continue
+        x, y = op.operands[0], op.results[0]
+        enc = act.get(y.name)
+        if (x.is_const or x.is_input or x.is_output or x.use_count != 1 or x.producer is None
+                or x.producer.type in passthrough or enc is None or act.get(x.name) is None
+                or float(enc[1].zero_point[0]) != 0 or x.name in over.encodings or y.name in over.encodings):
+            continue
+        act[x.name] = enc
 
     requant: dict[str, Value] = {}
     for v in graph.inputs:
@@ -225,6 +241,8 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
                 operands.append(const(v, "weight", op, axes))
             elif spec is not None and i == spec.get("bias"):
                 operands.append(const(v, "bias", op))
+            elif i == symmetric_params.get(op.type):
+                operands.append(const(v, "symmetric", op))
             else:
                 operands.append(const(v, "param", op))
         attrs_ = dict(op.attrs)

@@ -291,3 +291,57 @@ def test_scalar_constant_is_quantized():
     v = q.value("c")
     assert v.dtype == np.uint16 and np.asarray(v.data).shape == ()
     assert float(_dq(v.data, v.quant, v.dtype)) == pytest.approx(0.125, rel=1e-4)
+
+
+@pytest.mark.parametrize("bits, block", [(4, None), (4, 16), (8, None)])
+@pytest.mark.parametrize("out_axis", [0, 1])
+def test_least_error_weights_never_err_more_than_max_abs(bits, block, out_axis):
+    """`param_calibration_method="mse"` picks, per channel (block), the clip with the least squared
+    error, max|w| among the candidates: never a larger error, and at 4 bits a smaller one on heavy-tailed
+    weights."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_t(3, (48, 64)).astype(np.float32)
+    w = w if out_axis == 0 else np.ascontiguousarray(w.T)
+
+    def error(method: str) -> float:
+        q, data = weight_encoding(w, bits, out_axis, 1 - out_axis, block=block, method=method)
+        return float(np.sum((dequantize(data, encoding_of(q, data.dtype, w.shape), data.dtype) - w) ** 2))
+
+    assert error("mse") <= error("minmax")
+    if bits == 4:
+        assert error("mse") < error("minmax")
+
+
+def _layer_norm_relu(seed: int = 0) -> Graph:
+    """x → LayerNormalization → MatMul → Relu → y (ONNX ops, float32)."""
+    rng = np.random.default_rng(seed)
+    g = Graph("ln_relu")
+    x = g.add_value("x", np.float32, (1, 4, 32))
+    gamma = g.add_value("ln.weight", np.float32, (32,), data=(1 + 0.1 * rng.standard_normal(32)).astype(np.float32))
+    beta = g.add_value("ln.bias", np.float32, (32,), data=(0.1 * rng.standard_normal(32)).astype(np.float32))
+    n = g.add_value("n", np.float32, (1, 4, 32))
+    g.add_op("ln", "onnx.LayerNormalization", [x, gamma, beta], [n], {"axis": -1, "epsilon": 1e-5})
+    w = g.add_value("w", np.float32, (32, 16), data=(0.2 * rng.standard_normal((32, 16))).astype(np.float32))
+    h = g.add_value("h", np.float32, (1, 4, 16))
+    g.add_op("mm", "onnx.MatMul", [n, w], [h])
+    y = g.add_value("y", np.float32, (1, 4, 16))
+    g.add_op("relu", "onnx.Relu", [h], [y])
+    g.set_io([x], [y])
+    return g
+
+
+def test_layer_norm_gamma_symmetric_and_relu_range_absorbed():
+    """HTP's 16-bit LayerNorm takes a static gamma only symmetric: qlower.quantize gives it one, and the
+    graph lowers and validates for HTP. A result only a ReLU reads takes the ReLU's [0, hi] encoding
+    (zero point 0), which saturates exactly what the ReLU zeroes."""
+    import qlower
+
+    rng = np.random.default_rng(5)
+    feeds = [{"x": rng.standard_normal((1, 4, 32)).astype(np.float32)} for _ in range(8)]
+    q = quantize(_layer_norm_relu(), feeds, QuantOptions())
+    gamma = q.value("ln.weight")
+    assert gamma.dtype == np.uint16 and gamma.quant.symmetric and gamma.quant.zero_point == (32768,)
+    assert q.value("h").quant == q.value("y").quant and q.value("h").quant.zero_point == (0,)
+    result = qlower.lower(q, qlower.load_rules(packs=["onnx"]), backend="htp")
+    result.raise_for_errors()
+    assert not [d for d in result.diagnostics if d.severity.name == "ERROR"]
