@@ -576,7 +576,8 @@ def quantize(args: argparse.Namespace) -> int:
                         bias_bitwidth=args.bias_bitwidth, block_size=args.block_size,
                         kv_bitwidth=None if args.kv_bitwidth == 0 else args.kv_bitwidth,
                         calibration_method=args.calibration_method,
-                        param_calibration_method=args.param_calibration_method, percentile=args.percentile_calibration_value,
+                        param_calibration_method=args.param_calibration_method,
+                        percentile=args.percentile_calibration_value,
                         act_symmetric=args.act_quantizer_schema == "symmetric",
                         per_channel=not args.no_per_channel, overrides=overrides)
     t0 = time.perf_counter()

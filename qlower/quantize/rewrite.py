@@ -119,6 +119,7 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
     made: dict[tuple[str, str], Value] = {}
     gather, cover, symmetric_params = table["gather"], table["cover"], table["symmetric_param"]
     absorbed_by = frozenset(table["absorbs_range"])
+    tied = passthrough | casts | gather.keys() | cover.keys()  # results whose encoding another fact fixes
     symmetric: set[str] = set()
     for op in graph.ops:
         at = table["symmetric_range"].get(op.type)
@@ -202,7 +203,7 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
         x, y = op.operands[0], op.results[0]
         enc = act.get(y.name)
         if (x.is_const or x.is_input or x.is_output or x.use_count != 1 or x.producer is None
-                or x.producer.type in passthrough or enc is None or act.get(x.name) is None
+                or x.producer.type in tied or x.name in symmetric or enc is None or act.get(x.name) is None
                 or float(enc[1].zero_point[0]) != 0 or x.name in over.encodings or y.name in over.encodings):
             continue
         act[x.name] = enc

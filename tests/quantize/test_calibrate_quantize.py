@@ -342,6 +342,8 @@ def test_layer_norm_gamma_symmetric_and_relu_range_absorbed():
     gamma = q.value("ln.weight")
     assert gamma.dtype == np.uint16 and gamma.quant.symmetric and gamma.quant.zero_point == (32768,)
     assert q.value("h").quant == q.value("y").quant and q.value("h").quant.zero_point == (0,)
-    result = qlower.lower(q, qlower.load_rules(packs=["onnx"]), backend="htp")
+    held = {"x": quantize_real(rng.standard_normal((1, 4, 32)).astype(np.float32), q.inputs[0].quant, np.uint16)}
+    result = qlower.lower(q, qlower.load_rules(packs=["onnx"]), backend="htp", verify=True, inputs=held)
     result.raise_for_errors()
-    assert not [d for d in result.diagnostics if d.severity.name == "ERROR"]
+    counts = result.qnn_op_counts()
+    assert "LayerNorm" in counts and "Relu" in counts and "Dequantize" not in counts  # every op fixed-point
