@@ -7,8 +7,8 @@ the modules that build the syntax tree), so an edited file or another qlower mis
 
 Entries are pickles, and a pickle can run code when read: they are read only from a folder the
 current user owns and no one else can write to (as Python trusts its own `__pycache__`), and only
-entry files that user owns. The folder is `$QLOWER_CACHE_DIR`, else `$XDG_CACHE_HOME/qlower/parsed`,
-else `~/.cache/qlower/parsed`; `QLOWER_CACHE_DIR=` (empty) turns the store off. An entry is written
+entry files that user owns. The folder is the `parsed` cache folder of `qlower._cache` (`QLOWER_CACHE_DIR=`,
+empty, turns the store off). An entry is written
 under a temporary name and renamed into place, so it is complete or absent; a store that cannot be
 read or written is skipped silently (it only saves time).
 """
@@ -19,13 +19,13 @@ import functools
 import hashlib
 import os
 import pickle
-import stat
 import tempfile
 from pathlib import Path
 
 import attrs
 
 from qlower import _resources
+from qlower._cache import cache_folder, private
 from qlower.lang import ast
 
 _MAX_ENTRIES = 4000  # about 100 KB each; past this the older half is removed
@@ -40,15 +40,6 @@ def parser_fingerprint() -> str:
     for name in _PARSER_MODULES:
         h.update(here.joinpath(name).read_bytes())
     return h.hexdigest()
-
-
-def _private(p: Path) -> bool:
-    """Owned by the current user, and writable by no one else."""
-    try:
-        st = p.stat()
-    except OSError:
-        return False
-    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 @attrs.frozen
@@ -66,7 +57,7 @@ class ParseStore:
 
     def get(self, file: str, text: str) -> ast.Module | None:
         entry = self._entry(file, text)
-        if not _private(entry):
+        if not private(entry):
             return None
         try:
             found = pickle.loads(entry.read_bytes())  # noqa: S301 - our own entry in a private folder
@@ -100,21 +91,8 @@ class ParseStore:
 
 def default_store() -> ParseStore | None:
     """The user's store, created private if absent; None when turned off or not private."""
-    if not hasattr(os, "getuid"):
-        return None  # no owner to check the folder against
-    configured = os.environ.get("QLOWER_CACHE_DIR")
-    if configured is not None:
-        if not configured.strip():
-            return None
-        folder = Path(configured)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        folder = Path(base) / "qlower" / "parsed"
-    try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError:
-        return None
-    if not _private(folder):
+    folder = cache_folder("parsed")
+    if folder is None:
         return None
     try:
         return ParseStore(folder, parser_fingerprint())

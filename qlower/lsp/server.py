@@ -9,6 +9,10 @@ counts code points; the client counts in the position encoding negotiated at
 `initialize`: UTF-16 when the client offers it, else UTF-8 or UTF-32, exactly), and
 URIs (the workspace keys files by resolved path; answers name a file by the URI the
 client opened it under, symlinked folders included).
+
+The workspace (the op registry, plugins, and the checker behind it) is built on first need, not
+at start: a file opened with the text and inputs of an earlier session's check gets that check's
+diagnostics from `qlower.lsp.diagnostics_store` at once, and the real check follows.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
@@ -25,7 +29,10 @@ from pygls.protocol.language_server import lsp_method
 from pygls.uris import from_fs_path, to_fs_path
 
 from qlower.diagnostics import Diagnostic, Severity, Span
-from qlower.lsp.analysis import Workspace
+from qlower.lsp.diagnostics_store import DiagnosticsStore, texts_read
+
+if TYPE_CHECKING:
+    from qlower.lsp.analysis import Workspace
 
 DEBOUNCE_SECONDS = 0.075
 TRIGGER_CHARACTERS = (".", "{", ",", ":")
@@ -88,7 +95,10 @@ def _to_lsp_diagnostic(d: Diagnostic, to_range: Callable[[Span], lsp.Range], uri
                           source="qlower", related_information=related or None, data=data)
 
 
-def build_server(workspace: Workspace) -> LanguageServer:
+def build_server(workspace: Workspace | Callable[[], Workspace],
+                 store: DiagnosticsStore | None = None) -> LanguageServer:
+    """A server over `workspace` (or the function that builds it, called on first need); `store` keeps each
+    opened or saved file's diagnostics for the next session's first answer."""
     from qlower import __version__
 
     server = LanguageServer("qlower", __version__, text_document_sync_kind=lsp.TextDocumentSyncKind.Full,
@@ -96,6 +106,31 @@ def build_server(workspace: Workspace) -> LanguageServer:
     pending: dict[str, asyncio.TimerHandle] = {}
     uris: dict[Path, str] = {}  # resolved path -> the URI the client opened it under
     folders: dict[Path, Path] = {}  # resolved folder -> the folder the client named it by (a symlink)
+    built: list[Workspace] = []
+    early: dict[Path, tuple[str, int]] = {}  # answered from the store, not yet opened in the workspace
+    unchecked: set[Path] = set()  # answered from the store, not yet checked
+    keep: set[Path] = set()  # the next check of these is kept in the store (opened or saved)
+
+    def ws() -> Workspace:
+        if not built:
+            built.append(workspace() if callable(workspace) else workspace)
+            for key, (text, version) in early.items():
+                built[0].open(key, text, version)
+            early.clear()
+        return built[0]
+
+    def line_text(file: str, line: int) -> str:
+        if built:
+            return built[0].line_text(file, line)
+        key = Path(file).resolve()
+        text = early[key][0] if key in early else None
+        if text is None:
+            try:
+                text = key.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                return ""
+        lines = [x.removesuffix("\r") for x in text.split("\n")]
+        return lines[line] if 0 <= line < len(lines) else ""
 
     def encoding() -> str:
         return _CODECS.get(server.workspace.position_encoding, "utf-16-le")
@@ -123,20 +158,28 @@ def build_server(workspace: Workspace) -> LanguageServer:
 
     def to_range(span: Span) -> lsp.Range:
         enc = encoding()
-        start = client_units(workspace.line_text(span.file, span.line - 1), span.column - 1, enc)
-        end = client_units(workspace.line_text(span.file, span.end_line - 1), span.end_column - 1, enc)
+        start = client_units(line_text(span.file, span.line - 1), span.column - 1, enc)
+        end = client_units(line_text(span.file, span.end_line - 1), span.end_column - 1, enc)
         return lsp.Range(lsp.Position(span.line - 1, start), lsp.Position(span.end_line - 1, end))
 
     def at(uri: str, pos: lsp.Position) -> tuple[Path, int, int]:
         """The workspace's (path, line, code-point column) of a client position."""
         path = path_of(uri)
-        return path, pos.line, code_points(workspace.line_text(path, pos.line), pos.character, encoding())
+        return path, pos.line, code_points(line_text(str(path), pos.line), pos.character, encoding())
 
-    def publish(path: Path) -> None:
-        diags = workspace.check(path)
+    def send(path: Path, diags: Sequence[Diagnostic], version: int) -> None:
         server.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(
             uri=uri_of(path), diagnostics=[_to_lsp_diagnostic(d, to_range, uri_of) for d in diags],
-            version=workspace.docs[path].version))
+            version=version))
+
+    def publish(path: Path) -> None:
+        w = ws()
+        diags = w.check(path)
+        doc = w.docs[path]
+        send(path, diags, doc.version)
+        if store is not None and path in keep:
+            keep.discard(path)
+            store.put(path, doc.text, diags, texts_read(doc.closure, {p: d.text for p, d in w.docs.items()}))
 
     def refresh(paths: Sequence[Path], delay: float) -> None:
         loop = asyncio.get_event_loop()
@@ -148,37 +191,57 @@ def build_server(workspace: Workspace) -> LanguageServer:
                 publish(p)
             else:
                 pending[key] = loop.call_later(delay, lambda p=p, key=key: (pending.pop(key, None),
-                                                                            p in workspace.docs and publish(p)))
+                                                                            p in ws().docs and publish(p)))
+
+    def check_early() -> None:
+        """The real check of the files answered from the store (the workspace is built for it)."""
+        w = ws()
+        todo = [p for p in unchecked if p in w.docs]
+        unchecked.clear()
+        refresh(todo, 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: LanguageServer, params: lsp.DidOpenTextDocumentParams) -> None:
         doc = params.text_document
         remember(doc.uri)
-        refresh(workspace.open(path_of(doc.uri), doc.text, doc.version), 0)
+        key = path_of(doc.uri).resolve()
+        keep.add(key)
+        kept = store.get(key, doc.text) if store is not None and not built else None
+        if kept is None:
+            refresh(ws().open(key, doc.text, doc.version), 0)
+            return
+        early[key] = (doc.text, doc.version)
+        unchecked.add(key)
+        send(key, kept, doc.version)
+        asyncio.get_event_loop().call_soon(check_early)  # after this answer is written
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: LanguageServer, params: lsp.DidChangeTextDocumentParams) -> None:
         uri = params.text_document.uri
         text = ls.workspace.get_text_document(uri).source
-        refresh(workspace.open(path_of(uri), text, params.text_document.version), DEBOUNCE_SECONDS)
+        refresh(ws().open(path_of(uri), text, params.text_document.version), DEBOUNCE_SECONDS)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: LanguageServer, params: lsp.DidSaveTextDocumentParams) -> None:
-        path = path_of(params.text_document.uri)
-        if path.resolve() in workspace.docs:
-            refresh([path.resolve()], 0)
+        path = path_of(params.text_document.uri).resolve()
+        if path in ws().docs:
+            keep.add(path)
+            refresh([path], 0)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: LanguageServer, params: lsp.DidCloseTextDocumentParams) -> None:
         path = path_of(params.text_document.uri)
-        workspace.close(path)
+        early.pop(path.resolve(), None)
+        keep.discard(path.resolve())
+        if built:
+            built[0].close(path)
         uris.pop(path.resolve(), None)
         ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=params.text_document.uri,
                                                                           diagnostics=[]))
 
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     def hover(ls: LanguageServer, params: lsp.HoverParams) -> lsp.Hover | None:
-        found = workspace.hover(*at(params.text_document.uri, params.position))
+        found = ws().hover(*at(params.text_document.uri, params.position))
         if found is None:
             return None
         text, span = found
@@ -186,24 +249,24 @@ def build_server(workspace: Workspace) -> LanguageServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
     def definition(ls: LanguageServer, params: lsp.DefinitionParams) -> list[lsp.Location]:
-        found = workspace.definition(*at(params.text_document.uri, params.position))
+        found = ws().definition(*at(params.text_document.uri, params.position))
         return [lsp.Location(uri_of(loc.path), to_range(loc.span)) for loc in found]
 
     @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
     def references(ls: LanguageServer, params: lsp.ReferenceParams) -> list[lsp.Location]:
-        found = workspace.references(*at(params.text_document.uri, params.position),
+        found = ws().references(*at(params.text_document.uri, params.position),
                                      params.context.include_declaration)
         return [lsp.Location(uri_of(loc.path), to_range(loc.span)) for loc in found]
 
     @server.feature(lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=list(TRIGGER_CHARACTERS)))
     def completion(ls: LanguageServer, params: lsp.CompletionParams) -> lsp.CompletionList:
         path, line, char = at(params.text_document.uri, params.position)
-        if path.resolve() not in workspace.docs:  # a client that completes before didOpen reached us
+        if path.resolve() not in ws().docs:  # a client that completes before didOpen reached us
             return lsp.CompletionList(is_incomplete=False, items=[])
         context = params.context
         trigger = (context.trigger_character if context is not None
                    and context.trigger_kind == lsp.CompletionTriggerKind.TriggerCharacter else None)
-        items = workspace.completion(path, line, char, trigger=trigger)
+        items = ws().completion(path, line, char, trigger=trigger)
         return lsp.CompletionList(is_incomplete=False, items=[
             lsp.CompletionItem(label=c.label, kind=_COMPLETION_KIND.get(c.kind), detail=c.detail or None,
                                documentation=c.documentation or None) for c in items])
@@ -212,13 +275,13 @@ def build_server(workspace: Workspace) -> LanguageServer:
     def symbols(ls: LanguageServer, params: lsp.DocumentSymbolParams) -> list[lsp.DocumentSymbol]:
         return [lsp.DocumentSymbol(name=s.name, kind=_SYMBOL_KIND[s.kind], range=to_range(s.span),
                                    selection_range=to_range(s.selection), detail=s.detail or None)
-                for s in workspace.symbols(path_of(params.text_document.uri))]
+                for s in ws().symbols(path_of(params.text_document.uri))]
 
     @server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
     def formatting(ls: LanguageServer, params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit] | None:
         path = path_of(params.text_document.uri)
-        new = workspace.format(path)
-        old = workspace.docs[path.resolve()].text
+        new = ws().format(path)
+        old = ws().docs[path.resolve()].text
         if new is None or new == old:
             return [] if new is not None else None
         lines = old.split("\n")
@@ -232,8 +295,8 @@ def build_server(workspace: Workspace) -> LanguageServer:
         uri = params.text_document.uri
         wanted = params.context.diagnostics
         out = []
-        ours = workspace.diagnostics(path)
-        for fix in workspace.fixes(path, ours):
+        ours = ws().diagnostics(path)
+        for fix in ws().fixes(path, ours):
             answered = [d for d in wanted if d.range == to_range(fix.diagnostic.span)]
             if wanted and not answered:
                 continue
@@ -250,6 +313,7 @@ def default_workspace() -> Workspace:
     """A workspace over the shipped op registry, installed plugins' packs, functions and OpDef files."""
     from qlower import _resources
     from qlower.api import load_registry
+    from qlower.lsp.analysis import Workspace
     from qlower.plugins import installed
 
     extra = installed()
@@ -258,5 +322,7 @@ def default_workspace() -> Workspace:
 
 
 def serve_stdio() -> int:
-    build_server(default_workspace()).start_io()
+    from qlower.lsp.diagnostics_store import default_store
+
+    build_server(default_workspace, default_store()).start_io()
     return 0

@@ -47,7 +47,7 @@ def test_loading_twice_reads_the_store_and_gives_the_same_rules(tmp_path: Path, 
     f = tmp_path / "demo.qpat"
     f.write_text(RULES)
     first = qlower.load_rules([f])
-    entries = list((tmp_path / "cache").glob("*.pickle"))
+    entries = list((tmp_path / "cache" / "parsed").glob("*.pickle"))
     assert len(entries) == 1
     second = qlower.load_rules([f])
     assert [r.name for r in second.ruleset.rules] == [r.name for r in first.ruleset.rules] == ["twice"]

@@ -13,13 +13,19 @@ from typing import Any
 
 
 class LspClient:
-    def __init__(self, cwd: Path | None = None, root: Path | None = None) -> None:
-        """`root`: the checkout whose qlower serves (default: this one; the bench compares two)."""
-        env = dict(os.environ)
-        root = str(root or Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen([sys.executable, "-m", "qlower.cli.main", "lsp"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)
+    def __init__(self, cwd: Path | None = None, root: Path | None = None, env: dict[str, str] | None = None) -> None:
+        """`root`: the checkout whose qlower serves (default: this one; the bench compares two); `env`: variables
+        set for the server beside the environment's."""
+        env = {**os.environ, **(env or {})}
+        here = Path(__file__).resolve().parents[2]
+        root = Path(root or here).resolve()
+        env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+        command = [sys.executable, "-m", "qlower.cli.main", "lsp"]
+        if root != here:  # `-m` puts the working directory (this checkout, as tests and benches run) first
+            command = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(root)!r}); sys.argv = ['qlower', "
+                       "'lsp']; from qlower.cli.main import entry; entry()"]
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     cwd=cwd, env=env)
         self._next = 0
         self._inbox: queue.Queue = queue.Queue()
         self.notifications: list[dict] = []
