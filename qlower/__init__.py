@@ -36,8 +36,13 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'qlower' has no attribute {name!r}")
+    if module is None:  # a subpackage, as `qlower.api.load_model` reaches it after a bare `import qlower`
+        try:
+            return importlib.import_module(f"qlower.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"qlower.{name}":
+                raise
+            raise AttributeError(f"module 'qlower' has no attribute {name!r}") from None
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # once: later reads are plain attribute lookups
     return value

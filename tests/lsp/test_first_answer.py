@@ -140,3 +140,4 @@ def test_the_server_starts_without_the_checker_and_its_libraries():
             "'qlower.lang.checker') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
