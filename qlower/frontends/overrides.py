@@ -11,6 +11,10 @@ the same encodings gives it after `onnx_qdq` folded its pairs:
   type and is quantized by a QuantizeLinear behind it, a graph output is dequantized back to float;
   a float constant listed as an activation that an op reads (a tied embedding table, read by a
   Gather and the lm_head MatMul; a scalar operand) is quantized as a weight with that encoding;
+* a MatMul by a 2-D weight whose only reader is an Add of a constant row, with no encoding between
+  them (AIMET quantizes the pair once, after the Add), becomes a Gemm with that row as its bias
+  (behind a Reshape to 2-D when the input has more dims), as the converter folds it into one
+  FullyConnected;
 * a bias the file leaves out (Conv's, Gemm's third input) is quantized as the converter does for
   HTP: 32-bit, symmetric, scale = input scale × weight scale (per channel with the weight's); a
   LayerNormalization's, 32-bit symmetric over its own range.
@@ -24,6 +28,7 @@ tensor is an error naming the entry.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import attrs
@@ -150,6 +155,7 @@ def apply_overrides(graph: Graph, encodings: EncodingSet) -> OverrideReport:
         raise QlowerError(error(f"quantization overrides: {exc}", code="overrides")) from None
     _fuse_activations(graph)
     _pass_through(graph)
+    _fuse_matmul_bias(graph)  # after pass-through: its input may be a Reshape's result
     biases = _quantize_biases(graph)
     params.extend(_quantize_static_operands(graph))
     return OverrideReport(tuple(params), tuple(acts), tuple(biases), tuple(skipped))
@@ -180,6 +186,65 @@ def _fuse_activations(graph: Graph) -> None:
             graph.replace_uses(y, x)
             graph.remove_op(op)
             graph.remove_value(y)
+
+
+def _fuse_matmul_bias(graph: Graph) -> None:
+    """MatMul(x, W [K, N]) → m → Add(m, c [N]) → y, with x, W and y quantized and m not: Gemm(x, W, c) → y."""
+    outputs = {id(v) for v in graph.outputs}
+    for add in list(graph.topo_order()):
+        if add.type != "onnx.Add" or len(add.operands) != 2 or add.results[0].quant is None:
+            continue
+        for i in (0, 1):
+            m, c = add.operands[i], add.operands[1 - i]
+            mm = m.producer if m is not None else None
+            if (mm is None or mm.type != "onnx.MatMul" or m.quant is not None or len(m.users) != 1 or id(m) in outputs
+                    or c is None or c.data is None or (c.quant is None and np.dtype(c.dtype).kind != "f")
+                    or (c.quant is not None and (c.quant.axis is not None or c.quant.block_size is not None))):
+                continue
+            x, w = mm.operands[:2]
+            if (x is None or w is None or x.quant is None or x.shape is None or len(x.shape) < 2 or w.data is None
+                    or w.quant is None or w.quant.block_size is not None or w.shape is None or len(w.shape) != 2):
+                continue
+            n = w.shape[1]
+            if c.shape is None or len(c.shape) == 0 or math.prod(c.shape) != n or c.shape[-1] != n:
+                continue
+            _matmul_add_to_gemm(graph, mm, add, x, w, c, n)
+            break
+
+
+def _matmul_add_to_gemm(graph: Graph, mm: Op, add: Op, x: Value, w: Value, c: Value, n: int) -> None:
+    y, m = add.results[0], mm.results[0]
+    graph.detach_op(add)
+    graph.detach_op(mm)
+    graph.remove_value(m)
+    bias = c
+    if c.quant is not None:  # a constant the file quantized for another reader too (a shared zero row): its values
+        bias = graph.add_value(graph.fresh_value_name(f"{c.name}.bias"), np.float32, (n,),
+                               data=(c.quant.scale[0] * (np.asarray(c.data, np.float64) - c.quant.zero_point[0])
+                                     ).astype(np.float32).reshape(n))
+    elif c.shape != (n,) or c.users:
+        bias = graph.add_value(graph.fresh_value_name(f"{c.name}.bias"), c.dtype, (n,),
+                               data=np.asarray(c.data).reshape(n))
+    if not c.users and c is not bias and not c.is_output:
+        graph.remove_value(c)
+    gemm = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}
+    name = graph.fresh_op_name(f"{mm.name}.gemm")
+    if len(x.shape) == 2:
+        graph.add_op(name, "onnx.Gemm", [x, w, bias], [y], gemm, mm.provenance)
+        return
+    rows = math.prod(x.shape[:-1])
+
+    def shape_const(dims: tuple[int, ...]) -> Value:
+        return graph.add_value(graph.fresh_value_name(f"{mm.name}.shape"), np.int64, (len(dims),),
+                               data=np.asarray(dims, np.int64))
+
+    x2 = graph.add_value(graph.fresh_value_name(f"{x.name}.rows"), x.dtype, (rows, x.shape[-1]), quant=x.quant)
+    y2 = graph.add_value(graph.fresh_value_name(f"{y.name}.rows"), y.dtype, (rows, n), quant=y.quant)
+    graph.add_op(graph.fresh_op_name(f"{mm.name}.rows"), "onnx.Reshape", [x, shape_const((rows, x.shape[-1]))], [x2],
+                 {"allowzero": 0}, mm.provenance)
+    graph.add_op(name, "onnx.Gemm", [x2, w, bias], [y2], gemm, mm.provenance)
+    graph.add_op(graph.fresh_op_name(f"{add.name}.unrows"), "onnx.Reshape", [y2, shape_const(tuple(y.shape))], [y],
+                 {"allowzero": 0}, add.provenance)
 
 
 def _clamps_within(y: Value, op: Op) -> bool:

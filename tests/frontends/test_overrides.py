@@ -162,11 +162,12 @@ def test_a_misfit_entry_is_a_clear_error(tmp_path, capsys):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "bert"])
 def test_a_transformer_quantized_by_aimet_lowers_verifies_and_matches_quantsim(kind, tmp_path, bench):
-    """A transformers decoder (random weights, dynamo ONNX export) through aimet-onnx's QuantSim at
+    """A transformers model (random weights, dynamo ONNX export) through aimet-onnx's QuantSim at
     w8a8: AIMET lists the tied embedding table and the constants ops read among its activations and
-    leaves out what export folded (position embeddings, a LayerNorm's bias); the lowered graph must
+    leaves out what export folded (position embeddings, a LayerNorm's bias); BERT's Linear layers are a
+    MatMul and an Add with no encoding between them (one Gemm with an int32 bias); the lowered graph must
     validate for HTP, pass --verify and come within 0.5 dB of QuantSim's SQNR against the float model."""
     pytest.importorskip("aimet_onnx.quantsim")
     pytest.importorskip("transformers")
