@@ -271,9 +271,13 @@ def test_full_size_structure():
 @pytest.mark.parametrize("name", NAMES)
 def test_lowers_and_validates_for_htp(built, name):
     """What `make demo` lowers: every example graph lowers for HTP and validates clean (the w8a16
-    vision block's LayerNorm gamma must be 16-bit symmetric there, which the demo once missed)."""
+    vision block's LayerNorm gamma must be 16-bit symmetric there, which the demo once missed), and
+    its QNN table, and the table of that table's object view, keep the table's invariants."""
     import qlower
+    from qlower.qnn.table import table_of
 
     out, _ = built
     res = qlower.lower(_load(out, name), qlower.load_rules(packs=["mllm"]), backend="htp")
     assert res.ok, [str(e) for e in res.errors]
+    assert res.table.check() == []
+    assert table_of(res.table.graph()).check() == []

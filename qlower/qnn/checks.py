@@ -26,6 +26,7 @@ import numpy as np
 
 from qlower.diagnostics import Diagnostic, Note, did_you_mean, error, warning
 from qlower.qnn.datatypes import DataType, to_numpy
+from qlower.qnn.keys import NO_KEY, value_key
 from qlower.qnn.model import PACKAGE, EncodingKind, OpConfig, QnnTensor, ScalarParam, TensorParam, TensorType
 from qlower.qnn import cexpr
 from qlower.qnn.constraints import Check
@@ -783,13 +784,10 @@ def _shape_key(op_type: str, sigs: tuple[Any, ...], params: Mapping[str, Any]) -
     """A hashable key for memoising shape inference, or None when params are too big to hash cheaply."""
     items = []
     for k, x in params.items():
-        if isinstance(x, np.ndarray):
-            if x.size > 256:
-                return None
-            x = (x.dtype.str, x.shape, x.tobytes())
-        elif not isinstance(x, (bool, int, float, str, np.generic)):
+        key = value_key(x, max_size=256)
+        if key is NO_KEY:
             return None
-        items.append((k, x))
+        items.append((k, key))
     return (op_type, sigs, tuple(items))
 
 

@@ -25,11 +25,12 @@ from qlower.graph.core import Graph, Op, Value
 from qlower.graph.lazy import LazyArray
 from qlower.graph.types import Quant
 from qlower.qnn.datatypes import DataType, from_numpy
+from qlower.qnn.keys import NO_KEY, attrs_key, op_kind_key, params_key, scalar_param_key, tensor_kind_key
 from qlower.qnn.model import PACKAGE, EncodingKind, Origin, Param, QnnGraph, QnnTensor, QuantEncoding, \
     ScalarParam, TensorParam, TensorType
 from qlower.qnn.opdef import OpDefRegistry
 from qlower.qnn.registry import QnnOps
-from qlower.qnn.table import Interner, OpKind, QnnTable, TensorKind, param_key, param_prototype
+from qlower.qnn.table import Interner, OpKind, QnnTable, TensorKind, param_prototype
 
 
 def encoding_of(q: Quant, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> QuantEncoding:
@@ -152,21 +153,6 @@ _NAME, _TYPE, _OPERANDS, _RESULTS, _PROVENANCE, _ATTRS, _PRODUCER = (
     attrgetter(a) for a in ("name", "type", "operands", "results", "provenance", "attrs", "producer"))
 
 
-def _attrs_key(attrs: dict[str, Any]) -> tuple | None:
-    """A key for an op's attributes when they are all scalars that key by value (they then become the
-    same params whenever the key is the same), else None."""
-    out = []
-    for name, v in attrs.items():
-        tv = type(v)
-        if tv is bool or tv is int or tv is str:
-            out.append((name, tv, v))
-        elif tv is float:
-            out.append((name, tv, float.__repr__(v)))
-        else:
-            return None
-    return tuple(out)
-
-
 def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     table = QnnTable(graph.name)
     intern = Interner(table)
@@ -181,7 +167,7 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
     opdefs: dict[str, Any] = {}
     packages: dict[str, str] = {}  # QNN type -> its op package
     qtypes: dict[str, str] = {}
-    scalars: dict[tuple, ScalarParam] = {}  # ScalarParam is immutable: ops with equal params share one
+    scalars: dict[Any, ScalarParam] = {}  # ScalarParam is immutable: ops with equal params share one
     STATIC, NATIVE = TensorType.STATIC, TensorType.NATIVE
 
     def kind_of(v: Value) -> int:
@@ -194,7 +180,8 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
                 if dt is None:
                     dt = datatypes[(v.dtype, False)] = _datatype(v)
                 dims = v.shape if v.shape else (1,)
-                k = intern.tensor_kind((NATIVE, dt, dims, None, False), lambda: TensorKind(NATIVE, dt, dims))
+                k = intern.tensor_kind(tensor_kind_key(NATIVE, dt, dims, None, False),
+                                       lambda: TensorKind(NATIVE, dt, dims))
                 plain[pkey] = k
                 keep.append((v.dtype, v.shape))
             return k
@@ -219,7 +206,7 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
         dt = datatypes.get(dkey)
         if dt is None:
             dt = datatypes[dkey] = _datatype(v)
-        return intern.tensor_kind((ttype, dt, dims, None if enc is None else id(enc), ttype is STATIC),
+        return intern.tensor_kind(tensor_kind_key(ttype, dt, dims, enc, ttype is STATIC),
                                   lambda: TensorKind(ttype, dt, dims, enc, ttype is STATIC))
 
     def layout(qtype: str, names: tuple[str, ...]) -> list[tuple[str, Any, bool | None, DataType | None]]:
@@ -258,15 +245,14 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
                 dt = fixed if fixed is not None else _param_datatype(pdef, value)
                 if isinstance(value, np.generic):
                     value = value.item()
-                tv = type(value)
-                if tv is bool or tv is int or tv is str:
-                    skey = (name, dt, tv, value)
+                skey = scalar_param_key(name, dt, value)
+                if skey is NO_KEY:
+                    params.append(ScalarParam(name, dt, value))
+                else:
                     sp = scalars.get(skey)
                     if sp is None:
                         sp = scalars[skey] = ScalarParam(name, dt, value)
                     params.append(sp)
-                else:
-                    params.append(ScalarParam(name, dt, value))
             else:
                 arr = np.asarray(value)
                 dt = _param_datatype(pdef, arr)
@@ -285,8 +271,9 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
             text = rule = loc = None
         else:
             text, rule, loc = str(prov), prov.rule, origin_of(op, locations).location
-        pk = param_key(params)
-        okey = (qtype, pk if pk is not None else ("own", i), text, in_kinds, out_kinds)
+        pk = params_key(params)
+        okey = op_kind_key(qtype, packages[qtype], pk if pk is not NO_KEY else ("own", i), in_kinds, out_kinds,
+                           text, rule, loc, True)
         if tensors:
             table.op_params[i] = tuple(tensors)
             params = list(map(param_prototype, params))
@@ -352,8 +339,8 @@ def _convert(graph: Graph, registry: QnnOps | None) -> QnnTable:
         else:
             where = (prov.rule, prov.location)  # (a location can hold several rules: the retype pass's do)
             sources = prov.sources if type(prov.sources) is tuple else tuple(prov.sources)
-        akey = _attrs_key(op_attrs) if op_attrs else ()
-        key = (op_type, akey, where, in_kinds, out_kinds) if akey is not None else None
+        akey = attrs_key(op_attrs) if op_attrs else ()
+        key = (op_type, akey, where, in_kinds, out_kinds) if akey is not NO_KEY else None
         k = kinds_of_ops.get(key) if key is not None else None
         if k is None:
             qtype = qtypes.get(op_type)

@@ -22,7 +22,8 @@ import numpy as np
 
 from qlower.qnn.datatypes import DataType
 from qlower.qnn.emit_bin import Layout, c_identifiers, plan
-from qlower.qnn.emit_json import _scalar_key, _Text, scalar_value
+from qlower.qnn.emit_json import _Text, scalar_value
+from qlower.qnn.keys import NO_KEY, scalar_param_key
 from qlower.qnn.model import (EncodingKind, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam,
                               TensorType)
 from qlower.qnn.joiner import compile_join
@@ -433,12 +434,14 @@ class _Functions:
                 entries.append(f"    {{.paramType=QNN_PARAMTYPE_TENSOR,\n     .name={cstr(p.name)},\n"
                                f"     {{.tensorParam=\n{block}}}}}")
                 continue
-            key = _scalar_key(p)
-            text = scalars.get(key) if key is not None else None
+            key = scalar_param_key(p.name, p.datatype, p.value)
+            text = scalars.get(key) if key is not NO_KEY else None
             if text is None:
                 text = (f"    {{.paramType=QNN_PARAMTYPE_SCALAR,\n     .name={cstr(p.name)},\n"
                         f"     {_scalar(p, f'node {op.name!r} param {p.name!r}')}}}")
-                if key is not None:
+                if key is not NO_KEY:
+                    if len(scalars) >= 1 << 16:  # (floats key too: a graph may hold many values)
+                        scalars.clear()
                     scalars[key] = text
             entries.append(text)
         return "".join(decls), f"  Qnn_Param_t params_{nc}[] = {{\n{_COMMA.join(entries)}\n  }};\n"

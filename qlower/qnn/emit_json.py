@@ -28,6 +28,7 @@ from qlower.diagnostics import QlowerError, error
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.emit_bin import Layout, plan, storage
 from qlower.qnn.joiner import all_plain_json, compile_join
+from qlower.qnn.keys import NO_KEY, scalar_param_key
 from qlower.qnn.macs import op_kind_macs
 from qlower.qnn.model import (EncodingKind, OpConfig, Origin, QnnGraph, QnnTensor, QuantEncoding, ScalarParam,
                               TensorParam, TensorType)
@@ -243,14 +244,6 @@ class _TensorLines:
                 f'{extra}}}')
 
 
-def _scalar_key(p: ScalarParam) -> tuple[Any, ...] | None:
-    """A cache key for a scalar param's text, or None when equal values may print differently."""
-    v = p.value
-    if type(v) in (bool, int, str):
-        return (p.name, p.datatype, type(v), v)
-    return None  # floats: -0.0 == 0.0 and NaN != NaN
-
-
 class _NodeTail:
     """qlower's extra node keys, which QNN tools ignore: `macs_per_inference` (the
     converter's format) and `provenance` (rule, its `folder/file:line`, source nodes)."""
@@ -430,12 +423,14 @@ def _node_line(op: OpConfig, next_id: int, line: _TensorLines, tail: _NodeTail, 
             tparts.append(f"{quote(p.name)}: {{{quote(t.name)}: {line(t, next_id, data)}}}")
             next_id += 1
         else:
-            key = _scalar_key(p)
-            text = scalars.get(key) if key is not None else None
+            key = scalar_param_key(p.name, p.datatype, p.value)
+            text = scalars.get(key) if key is not NO_KEY else None
             if text is None:
                 v = scalar_value(p, f"node '{op.name}' param '{p.name}'")
                 text = f'{quote(p.name)}: {{"{int(p.datatype)}": {_ENC(v)}}}'
-                if key is not None:
+                if key is not NO_KEY:
+                    if len(scalars) >= 1 << 16:  # (floats key too: a graph may hold many values)
+                        scalars.clear()
                     scalars[key] = text
             sparts.append(text)
     ins = ", ".join(map(quote, op.inputs))

@@ -20,12 +20,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
-
 from qlower.diagnostics import Diagnostic, did_you_mean, error
 from qlower.qnn.checks import (  # noqa: F401 - datatypes_allowed is used from here (qlower.qnn.retype)
     _NUMPY_NAMES, _OpCheck, _Plan, _load_shapes, _plan, datatypes_allowed, subject_of,
 )
+from qlower.qnn.keys import NO_KEY, value_key
 from qlower.qnn.model import OpConfig, Origin, QnnGraph, QnnTensor, TensorType
 from qlower.qnn.opdef import OpDefRegistry
 from qlower.qnn.registry import QnnOps
@@ -190,16 +189,8 @@ def _slot_like(kind: OpKind) -> bool:
 
 def _data_key(k: int, tensors: tuple[QnnTensor, ...]) -> tuple | None:
     """A key for the tensor params' data (small arrays by value), or None: check that op on its own."""
-    out: list[Any] = [k]
-    for t in tensors:
-        data = t.data
-        if type(data) is np.ndarray and data.size <= 256 and not data.dtype.hasobject:
-            out.append((data.dtype, data.shape, data.tobytes()))
-        elif data is None:
-            out.append(None)
-        else:
-            return None
-    return tuple(out)
+    data = tuple([value_key(t.data, max_size=256) for t in tensors])
+    return None if NO_KEY in data else (k, data)
 
 
 def _instantiate(found: tuple[Diagnostic, ...], op: OpConfig) -> list[Diagnostic]:

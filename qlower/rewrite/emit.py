@@ -17,6 +17,7 @@ from qlower.graph.core import Graph, Op, Provenance, Value
 from qlower.graph.quantize import quantize_real  # the one quantizer (shared with the reference)
 from qlower.graph.types import Quant, canonical_dtype
 from qlower.lang import ast
+from qlower.qnn.keys import NO_KEY, scalar_key
 from qlower.qnn.params import ParamError, coerce_param
 from qlower.qnn.registry import QnnOps, ShapeError, Sig
 from qlower.rewrite.compile import CompiledRule
@@ -284,15 +285,14 @@ class EmitProgram:
             for name, fn, pdef, span in params:
                 value = fn(env)
                 if pdef is not None:
-                    key = (name, type(value), value) if isinstance(value, (bool, int, float, str)) \
-                        and (not isinstance(value, float) or value == value != 0.0) else None  # not ±0.0, NaN
-                    got = memo.get(key, _NOT) if key is not None else _NOT
+                    key = (name, scalar_key(value))  # (1, 1.0 and True, -0.0 and 0.0 coerce apart)
+                    got = memo.get(key, _NOT) if key[1] is not NO_KEY else _NOT
                     if got is _NOT:
                         try:
                             got = coerce_param(pdef, value)
                         except ParamError as exc:
                             raise EmitFailure(f"param {name} of {op_type}: {exc}", span) from None
-                        if key is not None:
+                        if key[1] is not NO_KEY:
                             memo[key] = got
                     value = got
                 attrs[name] = value

@@ -26,14 +26,14 @@ from qlower.graph.core import Op
 from qlower.lang import ast
 from qlower.lang.builtins import builtin_functions
 from qlower.lang.functions import FunctionTable
+from qlower.qnn.keys import MISSING, NO_KEY, values_key
 
 # the functions that read a value, and which part of it
 _READS = {"rank": "shape", "shape": "shape", "numel": "shape", "dtype": "dtype"}
-# attribute values a key holds as they are, told apart by type (1, 1.0 and True are equal dict keys)
+# attribute values an emitted op's params may share between the ops of a key (immutable scalars)
 _SCALARS = frozenset({bool, int, float, str, type(None)})
-_MISSING = object()
-_KEYED = _SCALARS | {object}  # (the type of _MISSING; a plain object is its own key)
-NO_KEY: Any = object()  # what a key function returns for an op it cannot key (a list attribute)
+# NO_KEY (qlower.qnn.keys', imported by the driver from here): what a key function returns for an op
+# it cannot key (a list attribute)
 
 
 def _pure_functions() -> dict[str, Any]:
@@ -158,7 +158,7 @@ def key_function(reads: list[Reads], nops: int) -> Callable[[Op], Any]:
     """op → a key holding everything `reads` read of it, or NO_KEY for an op it cannot key (a list
     attribute). For ops of one type with `nops` operands, none absent (the caller checks)."""
     names = tuple(dict.fromkeys(n for r in reads for n in r.attr_names))
-    missing = (_MISSING,) * len(names)
+    missing = (MISSING,) * len(names)
     parts = frozenset().union(*(r.parts for r in reads))
     results = any(r.results for r in reads)
     fields = [f for f in ("shape", "dtype") if f in parts or "const" in parts]
@@ -173,12 +173,9 @@ def key_function(reads: list[Reads], nops: int) -> Callable[[Op], Any]:
     def key(op: Op) -> Any:
         a = op.attrs
         if a and names:
-            got = tuple(map(a.get, names, missing))
-            types = tuple(map(type, got))
-            if not _KEYED.issuperset(types):
+            ak = values_key(tuple(map(a.get, names, missing)))  # (1, 1.0 and True, -0.0 and 0.0: keys apart)
+            if ak is NO_KEY:
                 return NO_KEY  # a list or an array
-            # (-0.0 and 0.0 are equal keys)
-            ak = (got, types, tuple(x.hex() for x in got if type(x) is float)) if float in types else (got, types)
         else:
             ak = ()
         return values(op.operands), values(op.results) if results else (), ak

@@ -267,7 +267,7 @@ class RuleTest:
 
     def _check_backend(self, backend: str, dims: Mapping, feeds: Mapping[str, np.ndarray]) -> None:
         from qlower.diagnostics import render_all
-        from qlower.qnn.convert import to_qnn
+        from qlower.qnn.convert import to_table
         from qlower.qnn.backends import runs_float_in_float16
         from qlower.qnn.precision import to_float16
         from qlower.qnn.validate import validate_graph
@@ -301,7 +301,11 @@ class RuleTest:
 
             compute_in_supported_types(graph, self.rules.ruleset.computes, self.rules.registry, backend)
         ops = getattr(self.rules, "ops", None)  # the one op registry (a plugin's custom ops included)
-        qg = to_qnn(graph, ops if ops is not None else self.rules.registry)
+        table = to_table(graph, ops if ops is not None else self.rules.registry)
+        broken = table.check()  # (every rule test checks conversion's invariants too)
+        if broken:
+            raise RuleTestFailure(f"{where}: the converted QNN table breaks its invariants:\n  " + "\n  ".join(broken))
+        qg = table.graph()
         problems = [d for d in validate_graph(qg, self.rules.registry, backend, ops=ops) if d.is_error]
         if problems:
             raise RuleTestFailure(f"{where}: emitted ops do not validate:\n{render_all(problems)}")
