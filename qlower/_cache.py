@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def private(p: Path) -> bool:
@@ -40,3 +45,34 @@ def cache_folder(kind: str) -> Path | None:
     except OSError:
         return None
     return folder if private(folder) and private(root) else None
+
+
+def write_entry(folder: Path, name: str, data: bytes, *, keep: int, pattern: str) -> None:
+    """Write `folder/name` whole or not at all (a temporary file renamed over it, so a reader never sees
+    half an entry), then, past `keep` entries matching `pattern`, drop the older half. Raises OSError."""
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, folder / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    entries = list(folder.glob(pattern))
+    if len(entries) <= keep:
+        return
+    entries.sort(key=lambda p: p.stat().st_mtime)
+    for p in entries[: len(entries) // 2]:
+        p.unlink(missing_ok=True)
+
+
+def open_store(kind: str, make: Callable[[Path], T]) -> T | None:
+    """`make(folder)` over the user's folder for `kind`; None when that folder is off or not private, or
+    `make` fails to read it (OSError)."""
+    folder = cache_folder(kind)
+    if folder is None:
+        return None
+    try:
+        return make(folder)
+    except OSError:
+        return None

@@ -19,13 +19,12 @@ import functools
 import hashlib
 import os
 import pickle
-import tempfile
 from pathlib import Path
 
 import attrs
 
 from qlower import _resources
-from qlower._cache import cache_folder, private
+from qlower._cache import open_store, private, write_entry
 from qlower.lang import ast
 
 _MAX_ENTRIES = 4000  # about 100 KB each; past this the older half is removed
@@ -68,33 +67,11 @@ class ParseStore:
     def put(self, file: str, text: str, module: ast.Module) -> None:
         try:
             data = pickle.dumps(module, protocol=pickle.HIGHEST_PROTOCOL)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, self._entry(file, text))
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            self._prune()
+            write_entry(self.folder, self._entry(file, text).name, data, keep=_MAX_ENTRIES, pattern="*.pickle")
         except (OSError, pickle.PicklingError, RecursionError, TypeError):
             return
-
-    def _prune(self) -> None:
-        entries = list(self.folder.glob("*.pickle"))
-        if len(entries) <= _MAX_ENTRIES:
-            return
-        entries.sort(key=lambda p: p.stat().st_mtime)
-        for p in entries[: len(entries) // 2]:
-            p.unlink(missing_ok=True)
 
 
 def default_store() -> ParseStore | None:
     """The user's store, created private if absent; None when turned off or not private."""
-    folder = cache_folder("parsed")
-    if folder is None:
-        return None
-    try:
-        return ParseStore(folder, parser_fingerprint())
-    except OSError:
-        return None
+    return open_store("parsed", lambda folder: ParseStore(folder, parser_fingerprint()))

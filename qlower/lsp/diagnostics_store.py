@@ -21,12 +21,11 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from qlower import __version__
-from qlower._cache import cache_folder, private
+from qlower._cache import open_store, private, write_entry
 from qlower.diagnostics import Diagnostic, Note, Severity, Span
 
 _FORMAT = "qlower-lsp-diagnostics/1"
@@ -112,36 +111,15 @@ class DiagnosticsStore:
         data = {"format": _FORMAT, "file": str(path), "files": files, "folders": folders,
                 "diagnostics": [_record(d) for d in diagnostics]}
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f)
-                os.replace(tmp, self._entry(path, text))
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            self._prune()
+            write_entry(self.folder, self._entry(path, text).name, json.dumps(data).encode("utf-8"),
+                        keep=_MAX_ENTRIES, pattern="*.json")
         except (OSError, TypeError, ValueError):
             return  # the store only saves time
-
-    def _prune(self) -> None:
-        entries = list(self.folder.glob("*.json"))
-        if len(entries) <= _MAX_ENTRIES:
-            return
-        entries.sort(key=lambda p: p.stat().st_mtime)
-        for p in entries[: len(entries) // 2]:
-            p.unlink(missing_ok=True)
 
 
 def default_store() -> DiagnosticsStore | None:
     """The user's store, created private if absent; None when turned off or not private."""
-    folder = cache_folder("diagnostics")
-    if folder is None:
-        return None
-    try:
-        return DiagnosticsStore(folder, environment_fingerprint())
-    except OSError:
-        return None
+    return open_store("diagnostics", lambda folder: DiagnosticsStore(folder, environment_fingerprint()))
 
 
 def texts_read(paths: Iterable[Path], buffers: Mapping[Path, str]) -> dict[Path, str]:
