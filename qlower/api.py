@@ -24,7 +24,7 @@ from qlower.qnn.table import QnnTable
 from qlower.reference.spec import Kernel
 from qlower.lang.functions import FunctionTable
 
-from qlower.qnn.backends import BACKENDS, runs_float_in_float16
+from qlower.qnn.backends import BACKENDS
 
 
 @attrs.frozen
@@ -41,10 +41,20 @@ class Rules:
     # Engines compiled per backend; an Engine is reusable across graphs, so lowering many
     # graphs with one rule set compiles the rules once.
     _engines: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
+    _targets: dict = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     @property
     def sources(self) -> SourceCache:
         return self.ruleset.sources
+
+    def target(self, backend: str):
+        """What lowering for `backend` with these rules targets (`qlower.rewrite.pipeline.Target`)."""
+        from qlower.rewrite.pipeline import Target
+
+        got = self._targets.get(backend)
+        if got is None:
+            got = self._targets[backend] = Target.of(backend, self.registry, self.ops)
+        return got
 
     def engine(self, backend: str | None):
         from qlower.qnn.registry import QnnOps
@@ -232,58 +242,22 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
         if result.ok:
             _verify(source, result, rules, inputs, tolerance, seed, None)
         return result
-    from qlower.qnn.convert import to_table
-    from qlower.qnn.precision import to_float16
-    from qlower.qnn.validate import validate_graph
+    from qlower.rewrite.pipeline import Lowering, validate_table
 
     if backend not in BACKENDS:
         raise QlowerError(error(f"unknown backend {backend}", hint=f"one of {', '.join(BACKENDS)}",
                                 code="backend"))
-    from qlower.graph.check import check_graph
-
-    timings: dict[str, float] = {}
     ops_in = len(graph)
+    target = rules.target(backend)
+    run = Lowering(graph, target, rules.engine(backend).run, decls=rules.ruleset.ops,
+                   computes=rules.ruleset.computes, float16=float16, validate=validate,
+                   allow_partial=allow_partial)
     with _no_gc():
-        t0 = time.perf_counter()
-        problems = check_graph(graph, decls=rules.ruleset.ops, cycles=False)
-        timings["check"] = time.perf_counter() - t0
-        if any(d.is_error for d in problems):
-            return LowerResult(graph, None, backend, problems, {}, timings, ops_in, rules.sources)
-        t0 = time.perf_counter()
-        engine = rules.engine(backend)
-        outcome = engine.run(graph)
-        diags = problems + list(outcome.diagnostics)
-        if float16 is None:
-            float16 = runs_float_in_float16(backend)
-        if outcome.ok:
-            from qlower.qnn.reencode import reencode_unsupported
-
-            reencode_unsupported(graph, rules.registry, backend, float_fallback=not runs_float_in_float16(backend))
-        if float16 and outcome.ok:
-            to_float16(graph, rules.registry, backend)
-        if outcome.ok and rules.ruleset.computes:
-            from qlower.qnn.retype import compute_in_supported_types
-
-            compute_in_supported_types(graph, rules.ruleset.computes, rules.registry, backend)
-        timings["lower"] = time.perf_counter() - t0
-        qg = None
-        t1 = time.perf_counter()
-        # with allow_partial a graph converts when every op is lowered (the engine has already
-        # reported each one that is not; converting would only report them again)
-        if outcome.ok or (allow_partial and all(op.type.startswith("qnn.") for op in graph.ops)):
-            try:
-                qg = to_table(graph, rules.ops if rules.ops is not None else rules.registry)
-            except QlowerError as exc:
-                diags.extend(exc.diagnostics)
-            if qg is not None and validate:
-                diags.extend(validate_graph(qg, rules.registry, backend, ops=rules.ops))
-        timings["validate"] = time.perf_counter() - t1
-
-    def validator(qnn: QnnTable) -> list[Diagnostic]:
-        return validate_graph(qnn, rules.registry, backend, ops=rules.ops)
-
-    return LowerResult(graph, qg, backend, diags, outcome.coverage, timings, ops_in, rules.sources,
-                       validator=validator, validated=validate)
+        run.run()
+    coverage = run.outcome.coverage if run.outcome is not None else {}
+    return LowerResult(graph, run.table, backend, run.diagnostics, coverage, run.timings, ops_in, rules.sources,
+                       validator=lambda qnn: validate_table(qnn, target),
+                       validated=validate)
 
 
 def verify(source: Graph, result: LowerResult, rules: Rules, *, inputs: Mapping[str, Any] | None = None,

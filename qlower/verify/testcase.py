@@ -267,17 +267,20 @@ class RuleTest:
 
     def _check_backend(self, backend: str, dims: Mapping, feeds: Mapping[str, np.ndarray]) -> None:
         from qlower.diagnostics import render_all
-        from qlower.qnn.convert import to_table
-        from qlower.qnn.backends import runs_float_in_float16
-        from qlower.qnn.precision import to_float16
-        from qlower.qnn.validate import validate_graph
         from qlower.reference.interpreter import run_dequantized
+        from qlower.rewrite.pipeline import Lowering
 
         graph, expected, stored = self.build(dims, feeds)
         where = f"test {self.name} (rule {self.test.rule_name}) on {backend.upper()} with dims " \
                 f"{[list(v.shape) for v in graph.inputs]}"
-        outcome = self.engine(backend).run(graph)
-        errors = [d for d in outcome.diagnostics if d.is_error]
+        # the pipeline `qlower.lower` runs, stopped after the rules to look at what they emitted
+        target = self.rules.target(backend)
+        run = Lowering(graph, target, self.engine(backend).run, decls=self.rules.ruleset.ops,
+                       computes=self.rules.ruleset.computes).run(until="rewrite")
+        errors = [d for d in run.diagnostics if d.is_error]
+        if "rewrite" not in run.done:
+            raise RuleTestFailure(f"{where}: the test graph is not well formed:\n{render_all(errors, self.rules.sources)}")
+        outcome = run.outcome
         if self.expect.error is not None:
             if not any(self.expect.error in d.message for d in errors):
                 raise RuleTestFailure(f"{where}: expected a lowering error containing {self.expect.error!r}, got "
@@ -293,22 +296,22 @@ class RuleTest:
         emitted = [op.type for op in graph.ops]
         if self.expect.ops is not None and tuple(emitted) != tuple(self.expect.ops):
             raise RuleTestFailure(f"{where}: emitted {emitted}, expected {list(self.expect.ops)}")
-        fp16 = runs_float_in_float16(backend) and any(v.dtype == np.float32 for v in graph.values)
-        if fp16:
-            to_float16(graph, self.rules.registry, backend)
-        if self.rules.ruleset.computes:
-            from qlower.qnn.retype import compute_in_supported_types
-
-            compute_in_supported_types(graph, self.rules.ruleset.computes, self.rules.registry, backend)
-        ops = getattr(self.rules, "ops", None)  # the one op registry (a plugin's custom ops included)
-        table = to_table(graph, ops if ops is not None else self.rules.registry)
+        run.run(until="convert")
+        table = run.table
+        if table is None:
+            raise RuleTestFailure(f"{where}: the lowered graph does not convert:\n"
+                                  f"{render_all([d for d in run.diagnostics if d.is_error], self.rules.sources)}")
+        fp16 = run.float16_changed > 0
         broken = table.check()  # (every rule test checks conversion's invariants too)
         if broken:
             raise RuleTestFailure(f"{where}: the converted QNN table breaks its invariants:\n  " + "\n  ".join(broken))
-        qg = table.graph()
-        problems = [d for d in validate_graph(qg, self.rules.registry, backend, ops=ops) if d.is_error]
+        before = len(run.diagnostics)
+        run.run()
+        problems = [d for d in run.diagnostics[before:] if d.is_error]
         if problems:
             raise RuleTestFailure(f"{where}: emitted ops do not validate:\n{render_all(problems)}")
+        ops = target.ops
+        qg = table.graph()
         got = run_dequantized(qg, stored, ops=ops)
         tol = self.expect.tol
         for name, want in expected.items():
