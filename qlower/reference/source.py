@@ -56,7 +56,6 @@ def run_op(op: Op, args: Sequence[np.ndarray | None],
 def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray],
               kernels: Mapping[str, Mapping[str, Kernel]]) -> dict[str, np.ndarray]:
     """Execute `graph` on real-valued inputs; `kernels` maps dialect → op name → kernel."""
-    env: dict[int, np.ndarray] = {}
     for v in graph.inputs:
         if v.name not in inputs:
             raise QlowerError(error("missing input", subject=f"tensor {v.name}", code="missing-input"))
@@ -64,12 +63,32 @@ def run_graph(graph: Graph, inputs: Mapping[str, np.ndarray],
         if v.shape is not None and tuple(arr.shape) != tuple(v.shape):
             raise QlowerError(error(f"expected shape {list(v.shape)}, got {list(arr.shape)}",
                                     subject=f"tensor {v.name}", code="input-shape"))
-        env[id(v)] = arr
-    for v in graph.values:
-        if v.data is not None:
-            env[id(v)] = constant_value(v)
-    for op in graph.topo_order():
-        results = run_op(op, [env[id(v)] if v is not None else None for v in op.operands], kernels)
+    values = run_values(graph, {v.name: np.asarray(inputs[v.name]) for v in graph.inputs}, kernels)
+    return {v.name: values[v.name] for v in graph.outputs}
+
+
+def run_values(graph: Graph, inputs: Mapping[str, np.ndarray], kernels: Mapping[str, Mapping[str, Kernel]],
+               ops: Sequence[Op] | None = None, env: Mapping[str, np.ndarray] | None = None
+               ) -> dict[str, np.ndarray]:
+    """Run the source ops (all, or `ops` in the given order) on real values; every value by name.
+
+    The one source interpreter (`run_graph` and verification's localisation run it). `env` holds
+    values already known (boundary operands of a part of the graph); constants are read as
+    `constant_value` makes them, when first used."""
+    vals: dict[str, np.ndarray] = dict(env or {})
+    vals.update(inputs)
+
+    def value_of(v: Value) -> np.ndarray:
+        got = vals.get(v.name)
+        if got is None and v.data is not None:
+            got = vals[v.name] = constant_value(v)
+        if got is None:
+            raise QlowerError(error("value is used before it is computed", subject=f"tensor {v.name}",
+                                    code="not-computed"))
+        return got
+
+    for op in (graph.topo_order() if ops is None else ops):
+        results = run_op(op, [value_of(v) if v is not None else None for v in op.operands], kernels)
         for r, val in zip(op.results, results):
-            env[id(r)] = val
-    return {v.name: env[id(v)] for v in graph.outputs}
+            vals[r.name] = np.asarray(val)
+    return vals

@@ -56,7 +56,7 @@ from qlower.qnn.convert import encoding_of
 from qlower.qnn.model import QnnGraph, QnnTensor, TensorType
 from qlower.reference.interpreter import decode_value, encode_value, graph_inputs, run
 from qlower.reference.quant import dequantize
-from qlower.reference.source import constant_value, run_op
+from qlower.reference.source import run_values
 from qlower.verify.tolerance import Tolerance, TolerancePolicy, is_float16_graph
 
 FORMAT = "qlower-debug/1"
@@ -259,34 +259,6 @@ def check_tensor(name: str, have: np.ndarray, want: np.ndarray, tol: Tolerance) 
 
 # ------------------------------------------------------------------ running
 
-def run_source(graph: Graph, inputs: Mapping[str, np.ndarray],
-               kernels: Mapping[str, Mapping[str, Any]], ops: Sequence[Op] | None = None,
-               env: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Run source ops (all, or `ops` in the given order) on real values; every value by name.
-
-    `env` holds values already known (graph inputs, boundary operands); constants
-    and results are what `qlower.reference.source` makes of them (dequantized; encoded
-    results on their encoding's grid).
-    """
-    vals: dict[str, np.ndarray] = dict(env or {})
-    vals.update(inputs)
-
-    def value_of(v) -> np.ndarray:
-        got = vals.get(v.name)
-        if got is None and v.data is not None:
-            got = vals[v.name] = constant_value(v)
-        if got is None:
-            raise QlowerError(error("value is used before it is computed", subject=f"tensor {v.name}",
-                                    code="not-computed"))
-        return got
-
-    for op in (graph.topo_order() if ops is None else ops):
-        results = run_op(op, [value_of(v) if v is not None else None for v in op.operands], kernels)
-        for r, val in zip(op.results, results):
-            vals[r.name] = np.asarray(val)
-    return vals
-
-
 def _fit(value: np.ndarray, dims: Sequence[int]) -> np.ndarray:
     value = np.asarray(value)
     return value.reshape(tuple(dims)) if value.shape != tuple(dims) and value.size == math.prod(dims) else value
@@ -355,7 +327,7 @@ def analyse(source: Graph, qnn: QnnGraph, provenance: Mapping[str, Provenance], 
         arr = np.asarray(inputs[v.name])
         real_in[v.name] = (dequantize(arr, encoding_of(v.quant, v.dtype, v.shape), v.dtype)
                            if v.quant is not None and arr.dtype.kind in "iu" else arr)
-    ref = run_source(source, real_in, kernels)
+    ref = run_values(source, real_in, kernels)
     feed = {n: inputs[n] for n in qnn.inputs if n in inputs}
     cum = run(qnn, feed, keep_all=localise, ops=ops)  # every tensor only when the per-op view needs it
 
@@ -538,7 +510,7 @@ def _localise(source: Graph, qnn: QnnGraph, provenance, ref, feed, kernels, tol,
                     want = ref[v.name]  # the lowered graph's view of it, in the source's dtype
                     boundary[v.name] = _fit(seen[v.name], want.shape).astype(want.dtype) if v.name in seen else want
         try:
-            local_ref = run_source(source, {}, kernels, src_ops, boundary)
+            local_ref = run_values(source, {}, kernels, src_ops, boundary)
         except QlowerError as exc:
             results[g] = (None, f"source kernels failed on the lowered inputs: {exc.diagnostics[0].message}")
             continue
