@@ -137,6 +137,8 @@ class LowerResult:
     sources: SourceCache | None = None
     # set by `lower(..., verify=True)` or `verify`: a qlower.verify.compare.Verification
     verification: Any = None
+    # per rule name, a qlower.rewrite.driver.RuleStats: what the engine tried, matched and applied
+    rule_stats: dict[str, Any] = attrs.field(factory=dict)
     # checks `table` against the backend's op definitions (set by `lower`; see `validate`)
     validator: Callable[[QnnTable], list[Diagnostic]] | None = attrs.field(default=None, repr=False)
     validated: bool = False
@@ -201,6 +203,10 @@ class LowerResult:
         self.timings["emit"] = time.perf_counter() - t - (self.timings.get("validate", 0.0) - v0)
         return paths
 
+    def rule_stats_json(self) -> dict[str, dict[str, int]]:
+        """`rule_stats` as JSON, rules that were tried only, by name."""
+        return {k: v.to_json() for k, v in sorted(self.rule_stats.items()) if v.tries}
+
     def coverage_json(self) -> dict[str, Any]:
         return {k: v.to_json() for k, v in sorted(self.coverage.items())}
 
@@ -255,9 +261,10 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
     with _no_gc():
         run.run()
     coverage = run.outcome.coverage if run.outcome is not None else {}
+    stats = dict(run.outcome.stats) if run.outcome is not None else {}
     return LowerResult(graph, run.table, backend, run.diagnostics, coverage, run.timings, ops_in, rules.sources,
                        validator=lambda qnn: validate_table(qnn, target),
-                       validated=validate)
+                       validated=validate, rule_stats=stats)
 
 
 def verify(source: Graph, result: LowerResult, rules: Rules, *, inputs: Mapping[str, Any] | None = None,

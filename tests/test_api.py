@@ -284,3 +284,11 @@ def test_a_gate_that_fails_in_save_stops_the_child_and_leaves_nothing(tmp_path):
         assert artifacts.save(res.qnn, out, parallel=parallel, gate=lambda: ran.append(1) or False) == []
         assert list(out.iterdir()) == []
     assert ran == [1, 1]
+
+
+def test_rule_stats_come_back_in_the_result(rules):
+    res = qlower.lower(tiny(), rules, backend="cpu")
+    assert res.ok
+    assert {k: v for k, v in res.rule_stats_json().items() if k in ("neg", "rep")} == {
+        "neg": {"tries": 1, "matches": 1, "applied": 1}, "rep": {"tries": 1, "matches": 1, "applied": 1}}
+    assert all(v["applied"] <= v["matches"] <= v["tries"] for v in res.rule_stats_json().values())

@@ -274,7 +274,7 @@ def lower(args: argparse.Namespace) -> int:
     if args.report is not None:
         report = {"model": args.model, "backend": args.backend, "ops_in": result.ops_in,
                   "qnn_ops": result.qnn_op_counts(), "coverage": result.coverage_json(),
-                  "ok": result.ok}
+                  "rule_stats": result.rule_stats_json(), "ok": result.ok}
         if result.table is not None:
             from qlower.qnn.macs import graph_macs
             from qlower.report import memory_report
@@ -396,6 +396,14 @@ def debug(args: argparse.Namespace) -> int:
     return 0 if verification.passed else 1
 
 
+def _rule_stats_lines(result) -> None:
+    stats = sorted(result.rule_stats_json().items(), key=lambda kv: (-kv[1]["tries"], kv[0]))
+    print(f"  rule stats ({len(stats)} rules tried):")
+    print("    rule                                          tries  matches  applied")
+    for name, st in stats:
+        print(f"    {name:<44}{st['tries']:>7}{st['matches']:>9}{st['applied']:>9}")
+
+
 def _summary(args, result, written, verify_line) -> None:
     counts = result.qnn_op_counts()
     print(f"{args.model}: {result.ops_in} source ops -> {sum(counts.values())} QNN ops for {args.backend.upper()}")
@@ -414,6 +422,8 @@ def _summary(args, result, written, verify_line) -> None:
         print(f"  validation on {args.backend.upper()}: {'ok' if result.ok else f'{errors} error(s)'}")
     if args.report is not None and result.table is not None:
         _memory_lines(result.qnn)
+    if getattr(args, "rule_stats", False):
+        _rule_stats_lines(result)
     if verify_line:
         print(f"  {verify_line}")
     for p in written:

@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--report", nargs="?", const="-", default=None,
                    help="print the coverage report (and write it as JSON to FILE if given)")
     s.add_argument("--timings", default=None, metavar="FILE", help="write phase wall times as JSON")
+    s.add_argument("--rule-stats", action="store_true",
+                   help="print, per rule, the ops it was tried on, matched and rewrote (also in --report's JSON)")
     s.add_argument("--html", default=None, metavar="FILE",
                    help="write a self-contained HTML report: source and QNN graphs linked, diagnostics, memory")
     s.add_argument("--html-verify", default=None, metavar="FILE",

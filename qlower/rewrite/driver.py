@@ -44,9 +44,14 @@ class Coverage:
 
 @attrs.define
 class RuleStats:
+    """One rule's work in a run: ops it was tried on, how many matched, how many it rewrote."""
+
     tries: int = 0
     matches: int = 0
     applied: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"tries": self.tries, "matches": self.matches, "applied": self.applied}
 
 
 @attrs.define

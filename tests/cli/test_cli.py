@@ -488,3 +488,15 @@ def test_allow_partial_says_it_wrote_nothing_and_reports_each_op_once(tmp_path, 
     out, err = capsys.readouterr()
     assert "nothing written" in out and not (tmp_path / "out").exists()
     assert err.count("node n") == 1  # the one op LPAI cannot take, reported once
+
+
+def test_rule_stats_say_what_each_rule_tried_matched_and_applied(capsys, work):
+    report = work / "report.json"
+    code, out, err = qlower(capsys, "lower", work / "tiny.json", "--rules", work / "rules.qpat", "--backend", "cpu",
+                            "-o", work / "out", "--rule-stats", "--report", report)
+    assert code == 0, err
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith("    ") and
+             line.split()[0] in ("neg", "rep")}
+    assert lines == {"neg": ["1", "1", "1"], "rep": ["1", "1", "1"]}
+    stats = json.loads(report.read_text())["rule_stats"]
+    assert stats["neg"] == {"tries": 1, "matches": 1, "applied": 1} and stats["rep"]["applied"] == 1
