@@ -189,7 +189,8 @@ def _fuse_activations(graph: Graph) -> None:
 
 
 def _fuse_matmul_bias(graph: Graph) -> None:
-    """MatMul(x, W [K, N]) → m → Add(m, c [N]) → y, with x, W and y quantized and m not: Gemm(x, W, c) → y."""
+    """MatMul(x, W [K, N]) → m → Add(m, c [N]) → y, with x, W and y quantized and m not: Gemm(x, W, c) → y
+    (W per tensor, per channel or in blocks: LPBQ)."""
     outputs = {id(v) for v in graph.outputs}
     for add in list(graph.topo_order()):
         if add.type != "onnx.Add" or len(add.operands) != 2 or add.results[0].quant is None:
@@ -203,7 +204,7 @@ def _fuse_matmul_bias(graph: Graph) -> None:
                 continue
             x, w = mm.operands[:2]
             if (x is None or w is None or x.quant is None or x.shape is None or len(x.shape) < 2 or w.data is None
-                    or w.quant is None or w.quant.block_size is not None or w.shape is None or len(w.shape) != 2):
+                    or w.quant is None or w.shape is None or len(w.shape) != 2):
                 continue
             n = w.shape[1]
             if c.shape is None or len(c.shape) == 0 or math.prod(c.shape) != n or c.shape[-1] != n:
@@ -347,13 +348,23 @@ def _quantize_biases(graph: Graph) -> list[str]:
         x, w, b = op.operands[:3]
         if b is None or b.data is None or b.quant is not None or x is None or w is None:
             continue
-        if x.quant is None or w.quant is None or w.quant.block_size is not None or np.dtype(b.dtype).kind != "f":
+        if x.quant is None or w.quant is None or np.dtype(b.dtype).kind != "f":
             continue
         if x.quant.axis is not None or len(x.quant.scale) != 1:
             continue
-        scale = np.asarray(w.quant.scale, np.float64) * x.quant.scale[0]
         if _bias_shared(b, op):
             continue
+        if w.quant.block_size is not None:
+            # a blockwise (LPBQ) weight has no one scale per output channel for s_in × s_w: the bias
+            # gets a 32-bit symmetric scale over its own range, as qlower's quantizer gives one
+            data = np.asarray(b.data, np.float64)
+            amax = float(np.max(np.abs(data), initial=0.0))
+            q = Quant([amax / (2**31 - 1) if amax > 0 else 1.0], [0], symmetric=True)
+            b.data = quantize_affine(data, np.float64(q.scale[0]), np.float64(0), *bounds(np.int32), np.int32)
+            b.dtype, b.quant = np.dtype("int32"), q
+            done.append(b.name)
+            continue
+        scale = np.asarray(w.quant.scale, np.float64) * x.quant.scale[0]
         per_channel = scale.size > 1
         q = Quant(scale, np.zeros(scale.size, np.int64), axis=0 if per_channel else None, symmetric=True)
         data = np.asarray(b.data, np.float64).reshape(-1)

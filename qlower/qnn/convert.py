@@ -59,15 +59,37 @@ def _blockwise(q: Quant, offsets: tuple[int, ...], channels: int | None = None) 
         offsets = offsets[::len(q.scale) // channels]
     scales = np.asarray(q.scale, dtype=np.float64).reshape(channels, -1)
     block_bits = 4
-    top = (1 << block_bits) - 1
-    per_channel = scales.max(axis=1) / top
-    per_channel[per_channel == 0] = 1.0
-    blocks = np.clip(np.rint(scales / per_channel[:, None]), 1, top).astype(int)
+    per_channel, blocks = _lpbq_split(scales, block_bits)
+    blocks = blocks.astype(int)
     return QuantEncoding(EncodingKind.BLOCKWISE_EXPANSION, tuple(per_channel.tolist()),
                          offsets[:channels] or (0,) * channels,
                          axis=q.axis if q.axis is not None else 0, bitwidth=q.bitwidth,
                          num_blocks_per_axis=int(scales.shape[1]), block_scale_bitwidth=block_bits,
                          block_scales=tuple(map(tuple, blocks.tolist())))
+
+
+def _lpbq_split(scales: np.ndarray, block_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-block scales [channels, blocks] as a per-channel scale times integer block scales, kept
+    exact where they are such a product: a channel's largest block is its scale times 2^bits - 1
+    (qlower's quantizer) or times 2^bits (AIMET's LPBQ, whose integer scales run 1..2^bits and which
+    QNN's converter takes as they are). A channel that is neither is split on AIMET's grid, nearest."""
+    top = 1 << block_bits
+    peak = scales.max(axis=1)
+    zero = peak == 0  # (a channel of zeros: scale 1, block scales 1)
+    out_pc, out_ints = None, None
+    for levels in (top - 1, top):
+        pc = np.where(zero, 1.0, peak / levels)
+        ints = np.clip(np.rint(scales / pc[:, None]), 1, levels)
+        exact = zero | np.all(np.abs(ints * pc[:, None] - scales) <= 1e-6 * np.abs(scales), axis=1)
+        if out_pc is None:
+            out_pc, out_ints = pc, ints
+            if exact.all():
+                break
+            keep = exact
+        else:  # the channels 2^bits - 1 does not reproduce take AIMET's grid
+            out_pc = np.where(keep, out_pc, pc)
+            out_ints = np.where(keep[:, None], out_ints, ints)
+    return out_pc, out_ints.astype(np.uint8)
 
 
 def _datatype(v: Value) -> DataType:

@@ -186,3 +186,21 @@ def test_a_zero_dimensional_constant_quantizes():
 
     got = quantize_affine(np.asarray(0.3535, np.float32), np.float64(0.0028), np.float64(0.0), 0, 255, np.uint8)
     assert got.shape == () and got.dtype == np.uint8 and int(got) == 126
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert"])
+def test_an_aimet_lpbq_transformer_matches_quantsim_to_a_few_steps(kind, tmp_path, bench):
+    """At w4a16 with AIMET's LPBQ (4-bit weights, integer block scales 1..16): the block scales are
+    kept as AIMET wrote them (re-split on a 1..15 grid, GPT-2 was 1115 output steps off QuantSim),
+    and BERT's Linear layers with a blockwise weight fuse into a Gemm with a 32-bit bias."""
+    pytest.importorskip("aimet_onnx.quantsim")
+    pytest.importorskip("transformers")
+    import re
+
+    bench_quant_aimet = bench("bench_quant_aimet")
+    path, calib, feed = bench_quant_aimet._transformer(kind, tmp_path)
+    text = bench_quant_aimet.cell(path, "w4a16_lpbq", calib, feed, tmp_path)
+    assert text.startswith("verify ok"), text
+    steps = float(re.search(r"max ([\d.]+) st", text).group(1))
+    ours, theirs = map(float, re.search(r"SQNR qlower ([-\d.]+) dB, QuantSim ([-\d.]+) dB", text).groups())
+    assert steps <= 4 and ours >= theirs - 0.1, text
