@@ -148,3 +148,45 @@ def cast(graph: Graph, src, dst, name: str, max_rank: int | None, prov: Provenan
     return [graph.add_op(graph.fresh_op_name(f"{name}.flatten"), "qnn.Reshape", [src], [flat_in], {}, prov),
             graph.add_op(graph.fresh_op_name(name), "qnn.Cast", [flat_in], [flat_out], {}, prov),
             graph.add_op(graph.fresh_op_name(f"{name}.unflatten"), "qnn.Reshape", [flat_out], [dst], {}, prov)]
+
+
+_F16_TINY = 2.0 ** -24  # float16's smallest subnormal: a value below half of it rounds to zero
+_F16_MAX = 65504.0
+
+
+def float16_range_warnings(graph: Graph) -> list:
+    """What the float16 path cannot hold: a dequantized value turned float16 (a Cast or a Dequantize
+    writing FLOAT_16) whose encoding's largest value is below float16's smallest subnormal (all of it
+    becomes zero) or beyond its maximum. The float ops after it would compute zeros or infinities where
+    the source computes numbers, so say which value, and its figures."""
+    from qlower.diagnostics import warning
+    from qlower.graph.quantize import bounds
+
+    out = []
+    for op in graph.ops:
+        if op.type == "qnn.Dequantize" and op.results[0].dtype == _F16:
+            dq, where = op, op
+        elif (op.type == "qnn.Cast" and op.results[0].dtype == _F16 and op.operands[0] is not None
+              and op.operands[0].producer is not None and op.operands[0].producer.type == "qnn.Dequantize"):
+            dq, where = op.operands[0].producer, op
+        else:
+            continue
+        x = dq.operands[0]
+        q = x.quant if x is not None else None
+        if q is None or x.dtype.kind not in "iu":
+            continue
+        lo, hi = bounds(x.dtype, q.bitwidth)
+        scale = np.abs(np.asarray(q.scale, np.float64))
+        zp = np.asarray(q.zero_point, np.float64)
+        largest = float(np.max(scale * np.maximum(np.abs(hi - zp), np.abs(lo - zp))))
+        if _F16_TINY <= largest <= _F16_MAX:
+            continue
+        what = (f"its largest value {largest:.3g} is below float16's smallest {_F16_TINY:.3g}, so every value "
+                "becomes zero" if largest < _F16_TINY else
+                f"its largest value {largest:.3g} is beyond float16's {_F16_MAX:g}, so large values are lost")
+        out.append(warning(
+            f"`{x.name}` is dequantized into float16, which cannot hold its encoding's values: {what}",
+            subject=f"node {where.name}", code="float16-range",
+            hint="lower without the float16 pass (--no-float16) where the backend allows, or requantize "
+                 "that tensor"))
+    return out

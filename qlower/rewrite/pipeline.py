@@ -120,9 +120,10 @@ class Lowering:
     def _float16(self) -> None:
         wanted = runs_float_in_float16(self.target.backend) if self.float16 is None else self.float16
         if wanted and self._rewritten() and any(v.dtype == np.float32 for v in self.graph.values):
-            from qlower.qnn.precision import to_float16
+            from qlower.qnn.precision import float16_range_warnings, to_float16
 
             self.float16_changed = to_float16(self.graph, self.target.opdefs, self.target.backend)
+            self.diagnostics.extend(float16_range_warnings(self.graph))
 
     def _compute(self) -> None:
         if self._rewritten() and self.computes:
