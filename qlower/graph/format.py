@@ -129,7 +129,7 @@ def quant_problems(q: Quant, dtype: np.dtype, shape: Any) -> list[tuple[str, str
     elif dtype.kind in "iu":
         b = q.bitwidth or bits
         lo, hi = (0, 2**b - 1) if dtype.kind == "u" else (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
-        zps = np.asarray(q.zero_point, dtype=np.int64)
+        zps = q.zero_point.array  # (any integer width: numpy compares it with Python ints exactly)
         bad = zps[(zps < lo) | (zps > hi)].tolist()
         if bad:
             out.append(("bad-quant", f"zero point {bad[0]} is outside [{lo}, {hi}] for {b}-bit {dtype}"))

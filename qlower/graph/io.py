@@ -570,7 +570,11 @@ class _Loader:
                 self.err(f"tensor `{name}`: quant \"{key}\" must reference {what}, not {arr.dtype}"
                          f"{list(arr.shape)}", "bad-quant", subject)
                 return None
-            out[key] = arr.astype(np.float64 if key == "scale" else np.int64, copy=False)
+            if key == "scale" or arr.dtype == np.uint64:
+                arr = arr.astype(np.float64 if key == "scale" else np.int64, copy=False)
+            # (zero points keep their width: `Quant` holds them as they are, int8 for a 4-bit weight's)
+            arr.flags.writeable = False  # read here for the Quant alone: it keeps the array without a copy
+            out[key] = arr
         return out
 
     def data(self, name: str, d: Any, dtype: np.dtype, shape: list | None) -> np.ndarray | None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import attrs
 import numpy as np
+
+from qlower._frozen import Frozen, frozen_floats, frozen_ints
 
 # Short names rule authors write, and the numpy dtypes they stand for.
 DTYPE_ALIASES: dict[str, str] = {
@@ -26,23 +27,6 @@ def canonical_dtype(name: str) -> str | None:
     return name if name in DTYPE_NAMES else None
 
 
-_FLOAT, _INT = frozenset({float}), frozenset({int})
-
-
-def _tuple_f(v: Any) -> tuple[float, ...]:
-    if type(v) is list or type(v) is tuple:
-        if _FLOAT.issuperset(map(type, v)) and v:  # already Python floats: share them (block encodings are long)
-            return tuple(v)
-    return tuple(np.atleast_1d(np.asarray(v, dtype=np.float64)).ravel().tolist())  # tolist: C-speed floats
-
-
-def _tuple_i(v: Any) -> tuple[int, ...]:
-    if type(v) is list or type(v) is tuple:
-        if _INT.issuperset(map(type, v)) and v and -(2**63) <= min(v) and max(v) < 2**63:
-            return tuple(v)
-    return tuple(np.atleast_1d(np.asarray(v, dtype=np.int64)).ravel().tolist())
-
-
 @attrs.frozen
 class Quant:
     """A framework-style affine encoding: real = scale · (q − zero_point).
@@ -54,8 +38,8 @@ class Quant:
     channels × blocks entries in row-major order.
     """
 
-    scale: tuple[float, ...] = attrs.field(converter=_tuple_f)
-    zero_point: tuple[int, ...] = attrs.field(converter=_tuple_i)
+    scale: Frozen = attrs.field(converter=frozen_floats)  # float64, read-only; behaves as a tuple of floats
+    zero_point: Frozen = attrs.field(converter=frozen_ints)  # int64, read-only
     axis: int | None = None
     bitwidth: int | None = None
     symmetric: bool = False

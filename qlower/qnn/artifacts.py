@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from qlower._files import StreamFile, remove_stale_temporaries
+from qlower._frozen import Frozen
 from qlower.diagnostics import QlowerError, error
 from qlower.qnn import emit_bin, emit_cpp, emit_json
 from qlower.qnn.model import QnnGraph
@@ -36,6 +37,9 @@ from qlower.qnn.reader import load
 
 __all__ = ["artifact_names", "load", "save"]
 PARALLEL_OPS = 20_000  # from this many ops `save` writes the .cpp in a child process (when it can fork)
+# ... or from this many encoding numbers (scales, offsets, block scales): a 4-bit LLM's block encodings
+# are most of its .cpp's text on few ops (Qwen3-1.7B w4a16: 2k ops, 54M block scales, 230 MB of text)
+PARALLEL_NUMBERS = 4_000_000
 # The artifact a child writes: the .cpp, the largest and slowest (a second child for the _net.json
 # measured slower on 2 cores: its copy-on-write faults cost more than it saved).
 _CPP = 1
@@ -63,7 +67,8 @@ def save(graph: QnnGraph | QnnTable, outdir: Path, *, converter_command: str = "
     """
     if parallel is None:  # forking a process that runs other threads could copy a lock some thread holds
         ops = len(graph.op_names) if isinstance(graph, QnnTable) else len(graph.ops)
-        parallel = ops >= PARALLEL_OPS and threading.active_count() == 1
+        parallel = (ops >= PARALLEL_OPS or _encoding_numbers(graph) >= PARALLEL_NUMBERS) and \
+            threading.active_count() == 1
     parallel = parallel and hasattr(os, "fork")
     enabled = gc.isenabled()
     gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
@@ -72,6 +77,20 @@ def save(graph: QnnGraph | QnnTable, outdir: Path, *, converter_command: str = "
     finally:
         if enabled:
             gc.enable()
+
+
+def _encoding_numbers(graph: QnnGraph | QnnTable) -> int:
+    """How many numbers the graph's encodings write (each kind's once: a rough measure of the .cpp)."""
+    encodings = ([k.encoding for k in graph.tensor_kinds] if isinstance(graph, QnnTable)
+                 else [t.encoding for t in graph.tensors.values()])
+    n = 0
+    for e in encodings:
+        if e is not None:
+            n += len(e.scales) + len(e.offsets)
+            b = e.block_scales
+            if b is not None:
+                n += b.array.size if isinstance(b, Frozen) else sum(map(len, b))
+    return n
 
 
 def _save(graph: QnnGraph | QnnTable, outdir: Path, converter_command: str, copyright_str: str,

@@ -83,7 +83,7 @@ def _symmetric(x: Any) -> bool:
     unsigned = t.datatype.name.startswith("UFIXED")
     bw = enc.bitwidth or _bits(t.datatype) or 8
     want = -(1 << (bw - 1)) if unsigned else 0
-    return all(o == want for o in enc.offsets)
+    return bool((np.asarray(enc.offsets) == want).all())
 
 
 def _unique(x: Any) -> bool:

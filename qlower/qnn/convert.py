@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from qlower._frozen import Frozen
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph, Op, Value
 from qlower.graph.lazy import LazyArray
@@ -36,12 +37,12 @@ from qlower.qnn.table import Interner, OpKind, QnnTable, TensorKind, param_proto
 def encoding_of(q: Quant, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> QuantEncoding:
     """Framework encoding → QNN encoding (offset = −zero_point). A block encoding needs the
     tensor's `shape` to tell channels from blocks when it lists a zero point per block."""
-    offsets = tuple((-np.asarray(q.zero_point, dtype=np.int64)).tolist())  # C speed: block encodings are long
     storage_bits = np.dtype(dtype).itemsize * 8
     narrowed = q.bitwidth is not None and q.bitwidth != storage_bits
     if q.block_size is not None:
         channels = shape[q.axis] if shape is not None and q.axis is not None and q.axis < len(shape) else None
-        return _blockwise(q, offsets, channels)
+        return _blockwise(q, channels)
+    offsets = _offsets(q.zero_point.array)
     if q.axis is None:
         if narrowed:
             return QuantEncoding(EncodingKind.BW_SCALE_OFFSET, q.scale[:1], offsets[:1], bitwidth=q.bitwidth)
@@ -51,21 +52,27 @@ def encoding_of(q: Quant, dtype: np.dtype, shape: tuple[int, ...] | None = None)
     return QuantEncoding(EncodingKind.AXIS_SCALE_OFFSET, q.scale, offsets, axis=q.axis)
 
 
-def _blockwise(q: Quant, offsets: tuple[int, ...], channels: int | None = None) -> QuantEncoding:
+def _offsets(zero_points: np.ndarray) -> Frozen:
+    """QNN offsets (−zero point, int64) of zero points, numpy throughout: block encodings are long."""
+    return Frozen(np.negative(zero_points, dtype=np.int64))
+
+
+def _blockwise(q: Quant, channels: int | None = None) -> QuantEncoding:
     """LPBQ: per-block float scales → per-channel scale × 4-bit integer block scales."""
+    zp = q.zero_point.array
     if channels is None:
-        channels = len(offsets) if q.axis is not None else 1
-    if len(offsets) == len(q.scale) and channels:  # a zero point per block: QNN keeps one per channel
-        offsets = offsets[::len(q.scale) // channels]
+        channels = len(zp) if q.axis is not None else 1
+    if len(zp) == len(q.scale) and channels:  # a zero point per block: QNN keeps one per channel
+        zp = zp[::len(q.scale) // channels]
+    offsets = _offsets(zp[:channels])
     scales = np.asarray(q.scale, dtype=np.float64).reshape(channels, -1)
     block_bits = 4
-    per_channel, blocks = _lpbq_split(scales, block_bits)
-    blocks = blocks.astype(int)
-    return QuantEncoding(EncodingKind.BLOCKWISE_EXPANSION, tuple(per_channel.tolist()),
-                         offsets[:channels] or (0,) * channels,
+    per_channel, blocks = _lpbq_split(scales, block_bits)  # (1..16: one byte each)
+    return QuantEncoding(EncodingKind.BLOCKWISE_EXPANSION, Frozen(per_channel),  # ours: frozen without a copy
+                         offsets or np.zeros(channels, np.int64),
                          axis=q.axis if q.axis is not None else 0, bitwidth=q.bitwidth,
                          num_blocks_per_axis=int(scales.shape[1]), block_scale_bitwidth=block_bits,
-                         block_scales=tuple(map(tuple, blocks.tolist())))
+                         block_scales=Frozen(blocks))
 
 
 def _lpbq_split(scales: np.ndarray, block_bits: int) -> tuple[np.ndarray, np.ndarray]:

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 import attrs
 import numpy as np
 
+from qlower._frozen import Frozen
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.lazy import LazyArray
 from qlower.qnn.datatypes import DataType, to_numpy
@@ -196,7 +197,8 @@ def _check_encoding(t: QnnTensor, subject: str) -> None:
     if len(e.scales) != len(e.offsets):
         raise _fail(f"{k.name} needs as many offsets as scales (got {len(e.scales)} scales, "
                     f"{len(e.offsets)} offsets)", subject)
-    if any(not (-2**31 <= o < 2**31) for o in e.offsets):
+    offsets = np.asarray(e.offsets)
+    if offsets.size and (offsets.min() < -2**31 or offsets.max() >= 2**31):
         raise _fail(f"{k.name} offset does not fit int32", subject)
     if k in (EncodingKind.BW_SCALE_OFFSET, EncodingKind.BW_AXIS_SCALE_OFFSET) and e.bitwidth is None:
         raise _fail(f"{k.name} needs a bitwidth", subject)
@@ -221,10 +223,10 @@ def _check_encoding(t: QnnTensor, subject: str) -> None:
         rows = e.block_scales
         limit = 1 << (8 if e.block_scale_bitwidth <= 8 else 16)
         n = e.num_blocks_per_axis
-        if len(rows) != len(e.scales) or any(len(r) != n for r in rows):
+        if not isinstance(rows, Frozen) or rows.array.shape != (len(e.scales), n):  # ragged rows stay tuples
             raise _fail(f"block_scales must be [{len(e.scales)}][{e.num_blocks_per_axis}]", subject)
-        # millions of entries on a 4-bit LLM: min/max over the rows at C speed
-        if rows and n and (min(map(min, rows)) < 0 or max(map(max, rows)) >= limit):
+        # millions of entries on a 4-bit LLM: one min/max over the array
+        if rows.array.size and (rows.array.min() < 0 or rows.array.max() >= limit):
             raise _fail("block scale does not fit its storage", subject)
     elif any(f is not None for f in block_fields):
         raise _fail(f"{k.name} must not set block fields", subject)

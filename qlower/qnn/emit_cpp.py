@@ -10,7 +10,6 @@ are `QNN_TENSOR_VERSION_2` initialisers; static data is reached through the
 from __future__ import annotations
 
 import io
-import itertools
 from collections import deque
 from itertools import chain, repeat
 import math
@@ -20,12 +19,13 @@ from typing import BinaryIO
 
 import numpy as np
 
+from qlower.qnn import numtext
 from qlower.qnn.datatypes import DataType
 from qlower.qnn.emit_bin import Layout, c_identifiers, plan
 from qlower.qnn.emit_json import _Text, scalar_value
 from qlower.qnn.keys import NO_KEY, scalar_param_key
-from qlower.qnn.model import (EncodingKind, OpConfig, QnnGraph, QnnTensor, ScalarParam, TensorParam,
-                              TensorType)
+from qlower.qnn.model import (EncodingKind, OpConfig, QnnGraph, QnnTensor, QuantEncoding, ScalarParam,
+                              TensorParam, TensorType)
 from qlower.qnn.joiner import compile_join
 from qlower.qnn.table import OpKind, QnnTable
 
@@ -95,29 +95,35 @@ def _comment(text: str) -> str:
     return text.replace("*/", "* /")
 
 
+def _pairs(e: QuantEncoding) -> str:
+    """`{.scale= s, .offset= o}` of each channel, joined by ", " (numpy-formatted: `numtext`)."""
+    n = min(len(e.scales), len(e.offsets))
+    return numtext.join_fields([numtext.floats(e.scales.array[:n], cfloat), numtext.ints(e.offsets.array[:n])],
+                               ("{.scale= ", ", .offset= ", "}"), ", ", n)
+
+
 def _quant(t: QnnTensor, c: str) -> tuple[list[str], str]:
     """Declarations the quantizeParams initialiser needs, and the initialiser itself."""
     e = t.encoding
     if e is None:
         return [], ("{ QNN_DEFINITION_UNDEFINED, QNN_QUANTIZATION_ENCODING_UNDEFINED, "
                     "{.scaleOffsetEncoding= {.scale= 0.0f, .offset= 0}}}")
-    pairs = ", ".join(f"{{.scale= {cfloat(s)}, .offset= {o}}}" for s, o in zip(e.scales, e.offsets))
     head = f"{{ QNN_DEFINITION_DEFINED, QNN_QUANTIZATION_ENCODING_{e.kind.name}, "
     k = e.kind
     if k is EncodingKind.SCALE_OFFSET:
-        return [], head + f"{{.scaleOffsetEncoding= {pairs}}}}}"
+        return [], head + f"{{.scaleOffsetEncoding= {_pairs(e)}}}}}"
     if k is EncodingKind.BW_SCALE_OFFSET:
         return [], head + (f"{{.bwScaleOffsetEncoding= {{.bitwidth= {e.bitwidth}, "
                            f".scale= {cfloat(e.scales[0])}, .offset= {e.offsets[0]}}}}}}}")
     if k is EncodingKind.AXIS_SCALE_OFFSET:
-        decls = [f"Qnn_ScaleOffset_t scaleOffset_{c}[] = {{{pairs}}};"]
+        decls = [f"Qnn_ScaleOffset_t scaleOffset_{c}[] = {{{_pairs(e)}}};"]
         return decls, head + (f"{{.axisScaleOffsetEncoding= {{.axis= {e.axis}, .numScaleOffsets= "
                               f"{len(e.scales)}, .scaleOffset=scaleOffset_{c}}}}}}}")
     if k is EncodingKind.BW_AXIS_SCALE_OFFSET:
-        decls = [f"float scales_{c}[] = {{{', '.join(cfloat(s) for s in e.scales)}}};"]
+        decls = [f"float scales_{c}[] = {{{numtext.join(numtext.floats(e.scales.array, cfloat))}}};"]
         offsets = "nullptr"
-        if any(e.offsets):
-            decls.append(f"int32_t offsets_{c}[] = {{{', '.join(str(o) for o in e.offsets)}}};")
+        if e.offsets.array.any():
+            decls.append(f"int32_t offsets_{c}[] = {{{numtext.join(numtext.ints(e.offsets.array))}}};")
             offsets = f"offsets_{c}"
         return decls, head + (f"{{.bwAxisScaleOffsetEncoding= {{.bitwidth= {e.bitwidth}, .axis= {e.axis}, "
                               f".numElements= {len(e.scales)}, .scales= scales_{c}, .offsets= {offsets}}}}}}}")
@@ -125,8 +131,8 @@ def _quant(t: QnnTensor, c: str) -> tuple[list[str], str]:
     assert e.block_scale_bitwidth is not None
     wide = e.block_scale_bitwidth > 8
     ctype, member = ("uint16_t", "blocksScale16") if wide else ("uint8_t", "blocksScale8")
-    flat = ", ".join(map(str, map(int, itertools.chain.from_iterable(e.block_scales))))
-    decls = [f"Qnn_ScaleOffset_t scaleOffsets_{c}[] = {{{pairs}}};",
+    flat = numtext.join(numtext.ints(e.block_scales.array))
+    decls = [f"Qnn_ScaleOffset_t scaleOffsets_{c}[] = {{{_pairs(e)}}};",
              f"{ctype} blockScales_{c}[] = {{{flat}}};",
              f"Qnn_BlockwiseExpansion_t blockwise_{c} = {{.axis= {e.axis}, .scaleOffsets= scaleOffsets_{c}, "
              f".numBlocksPerAxis= {e.num_blocks_per_axis}, .blockScaleBitwidth= {e.block_scale_bitwidth}, "
@@ -260,16 +266,29 @@ def _parts(pieces: list[str], slots: tuple[tuple[int, int], ...], arg: Callable[
 
 
 def _pieces(text: str, fields: dict[str, int]) -> tuple[list[str], tuple[tuple[int, int], ...]]:
-    """`text` cut at each occurrence of a field: constant pieces, and (piece, argument) slots."""
+    """`text` cut at each occurrence of a field: constant pieces, and (piece, argument) slots.
+
+    Fields are found left to right, the longest first where two start at one place (a regex
+    alternation of them, longest first), with `str.find`: a weight's text is megabytes of numbers."""
     pieces: list[str] = []
     slots: list[tuple[int, int]] = []
-    found = re.compile("|".join(re.escape(k) for k in sorted(fields, key=len, reverse=True)))
+    keys = sorted(fields, key=len, reverse=True)
+    ahead = {k: text.find(k) for k in keys}  # each field's next occurrence at or after `at` (-1: none)
     at = 0
-    for m in found.finditer(text):
-        pieces.append(text[at:m.start()])
-        slots.append((len(pieces), fields[m.group()]))
+    while True:
+        best, hit = -1, ""
+        for k in keys:
+            p = ahead[k]
+            if 0 <= p < at:
+                p = ahead[k] = text.find(k, at)
+            if p >= 0 and (best < 0 or p < best):
+                best, hit = p, k
+        if best < 0:
+            break
+        pieces.append(text[at:best])
+        slots.append((len(pieces), fields[hit]))
         pieces.append("")
-        at = m.end()
+        at = best + len(hit)
     pieces.append(text[at:])
     return pieces, tuple(slots)
 

@@ -24,7 +24,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from qlower._frozen import Frozen
 from qlower.diagnostics import QlowerError, error
+from qlower.qnn import numtext
 from qlower.qnn.datatypes import DataType, to_numpy
 from qlower.qnn.emit_bin import Layout, plan, storage
 from qlower.qnn.joiner import all_plain_json, compile_join
@@ -70,30 +72,56 @@ def quant_params(enc: QuantEncoding | None) -> dict[str, Any]:
     if enc is None:
         return {"definition": DEFINITION_UNDEFINED, "encoding": ENCODING_UNDEFINED,
                 "scale_offset": _scale_offset(0.0, 0)}
+    return _quant_params(enc, _Lists)
+
+
+class _Lists:
+    """The long lists of `quant_params` as Python lists (the dict the reader inverts)."""
+
+    @staticmethod
+    def pairs(enc: QuantEncoding) -> list[dict[str, Any]]:
+        return [_scale_offset(s, o) for s, o in zip(enc.scales, enc.offsets)]
+
+    @staticmethod
+    def scales(enc: QuantEncoding) -> list[float]:
+        return list(enc.scales)
+
+    @staticmethod
+    def offsets(enc: QuantEncoding) -> list[int]:
+        return list(enc.offsets)
+
+    @staticmethod
+    def block_scales(enc: QuantEncoding) -> list[list[int]]:
+        return [list(map(int, row)) for row in enc.block_scales]
+
+
+def _quant_params(enc: QuantEncoding, lists: Any) -> dict[str, Any]:
+    """`quant_params` of a quantized tensor, its long lists made by `lists` (`_Lists`, or `_Marks`
+    for text formatted apart)."""
     body: dict[str, Any]
     k = enc.kind
-    pairs = [_scale_offset(s, o) for s, o in zip(enc.scales, enc.offsets)]
+    n = min(len(enc.scales), len(enc.offsets))  # scales and offsets are written in pairs (zip)
     if k is EncodingKind.SCALE_OFFSET:
-        key, body = "scale_offset", pairs[0]
+        key, body = "scale_offset", _scale_offset(enc.scales[0], enc.offsets[0])
     elif k is EncodingKind.BW_SCALE_OFFSET:
-        key, body = "bw_scale_offset", {"bitwidth": enc.bitwidth, **pairs[0]}
+        key, body = "bw_scale_offset", {"bitwidth": enc.bitwidth, **_scale_offset(enc.scales[0], enc.offsets[0])}
     elif k is EncodingKind.AXIS_SCALE_OFFSET:
-        key, body = "axis_scale_offset", {"axis": enc.axis, "num_scale_offsets": len(pairs),
-                                          "scale_offsets": pairs}
+        key, body = "axis_scale_offset", {"axis": enc.axis, "num_scale_offsets": n,
+                                          "scale_offsets": lists.pairs(enc)}
     elif k is EncodingKind.BW_AXIS_SCALE_OFFSET:
         # Like the converter: an empty offsets list means all offsets are zero.
-        offsets = list(enc.offsets) if any(enc.offsets) else []
+        offsets = lists.offsets(enc) if np.asarray(enc.offsets).any() else []
         key, body = "bw_axis_scale_offset", {"bitwidth": enc.bitwidth, "axis": enc.axis,
-                                             "num_elements": len(pairs),
-                                             "scales": list(enc.scales), "offsets": offsets}
+                                             "num_elements": n,
+                                             "scales": lists.scales(enc), "offsets": offsets}
     elif k is EncodingKind.BLOCKWISE_EXPANSION:
         assert enc.block_scale_bitwidth is not None and enc.block_scales is not None
         key, body = "blockwise_expansion", {
-            "axis": enc.axis, "num_scale_offsets": len(pairs), "scale_offsets": pairs,
+            "axis": enc.axis, "num_scale_offsets": n, "scale_offsets": lists.pairs(enc),
             "num_blocks_per_axis": enc.num_blocks_per_axis,
             "block_scale_bitwidth": enc.block_scale_bitwidth,
             "block_scale_storage_type": 0 if enc.block_scale_bitwidth <= 8 else 1,
-            "block_scales": [list(map(int, row)) for row in enc.block_scales]}
+            "block_scales": lists.block_scales(enc)}
     else:
         raise ValueError(f"cannot write encoding kind {k.name}")
     if enc.bitwidth is not None and "bitwidth" not in body:
@@ -148,31 +176,69 @@ def tensor_json(t: QnnTensor, tensor_id: int, *, inline_data: bool = False,
 
 _ENC = json.JSONEncoder(separators=(", ", ": ")).encode
 _QUOTE = encode_basestring_ascii  # a str as a JSON string literal, as _ENC writes it
-_INF = float("inf")
 _UNQUANTIZED = _ENC(quant_params(None))
 _FLUSH_PARTS = 4096  # lines buffered before a write
 
 
-def _jfloat(x: float) -> str:
-    """A float as json writes it (allow_nan: NaN, Infinity, -Infinity)."""
-    if x != x:
-        return "NaN"
-    if x == _INF:
-        return "Infinity"
-    if x == -_INF:
-        return "-Infinity"
-    return float.__repr__(x)
+_jfloat = numtext.json_float  # a float as json writes it (allow_nan: NaN, Infinity, -Infinity)
+
+
+class _Marks:
+    """The long lists of `quant_params` as marks (strings no name or number encodes to) that
+    `_quant_json` replaces with the lists' text, formatted with numpy (`numtext`)."""
+
+    @staticmethod
+    def pairs(enc: QuantEncoding) -> str:
+        return "\0pairs"
+
+    @staticmethod
+    def scales(enc: QuantEncoding) -> str:
+        return "\0scales"
+
+    @staticmethod
+    def offsets(enc: QuantEncoding) -> str:
+        return "\0offsets"
+
+    @staticmethod
+    def block_scales(enc: QuantEncoding) -> str:
+        return "\0block_scales"
+
+
+def _marked_lists(enc: QuantEncoding) -> dict[str, Callable[[], str]]:
+    """The JSON text of each list `_Marks` stands for, as `_ENC` writes it, keyed by the mark's JSON."""
+    n = min(len(enc.scales), len(enc.offsets))
+
+    def pairs() -> str:
+        return "[" + numtext.join_fields(
+            [numtext.floats(np.asarray(enc.scales)[:n], _jfloat), numtext.ints(np.asarray(enc.offsets)[:n])],
+            ('{"scale": ', ', "offset": ', "}"), ", ", n) + "]"
+
+    def block_scales() -> str:
+        b = enc.block_scales.array
+        return "[" + numtext.rows(numtext.ints(b), b.shape) + "]"
+
+    return {_ENC(_Marks.pairs(enc)): pairs,
+            _ENC(_Marks.scales(enc)): lambda: "[" + numtext.join(numtext.floats(enc.scales.array, _jfloat)) + "]",
+            _ENC(_Marks.offsets(enc)): lambda: "[" + numtext.join(numtext.ints(enc.offsets.array)) + "]",
+            _ENC(_Marks.block_scales(enc)): block_scales}
 
 
 def _quant_json(enc: QuantEncoding) -> str:
-    """`_ENC(quant_params(enc))`, formatted directly for the per-tensor kinds."""
+    """`_ENC(quant_params(enc))`, formatted directly for the per-tensor kinds; the per-axis kinds' long
+    lists are formatted with numpy into the text of the rest."""
     k, bw = enc.kind, enc.bitwidth
     if (k is EncodingKind.SCALE_OFFSET or k is EncodingKind.BW_SCALE_OFFSET) and (bw is None or type(bw) is int):
         head = "" if bw is None else f'"bitwidth": {bw}, '
         key = "scale_offset" if k is EncodingKind.SCALE_OFFSET else "bw_scale_offset"
         return (f'{{"definition": {DEFINITION_DEFINED}, "encoding": {int(k)}, "{key}": '
                 f'{{{head}"scale": {_jfloat(enc.scales[0])}, "offset": {enc.offsets[0]}}}}}')
-    return _ENC(quant_params(enc))
+    if k is EncodingKind.BLOCKWISE_EXPANSION and not isinstance(enc.block_scales, Frozen):
+        return _ENC(quant_params(enc))  # ragged rows (validation rejects them first)
+    text = _ENC(_quant_params(enc, _Marks))
+    for mark, make in _marked_lists(enc).items():
+        if mark in text:
+            text = text.replace(mark, make(), 1)
+    return text
 
 
 class _Text:

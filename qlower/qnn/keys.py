@@ -21,7 +21,6 @@ loop and the C-level form of the same rule, for attribute dicts and for tuples o
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Hashable, Mapping, Sequence
 from struct import Struct
 from typing import Any, Final
@@ -130,18 +129,15 @@ def values_key(values: tuple[Any, ...]) -> Hashable:
 
 
 def encoding_key(enc: QuantEncoding | None) -> Hashable:
-    """An encoding by value, scales by their bits (a NaN scale keys like any other); None for none."""
+    """An encoding by value, scales by their bits (a NaN scale keys like any other); None for none.
+
+    The numbers are `qlower._frozen.Frozen` arrays, which hash and compare by dtype, shape and bytes,
+    so they are their own keys (hashed once each, however often the encoding is keyed); ragged block
+    scales (kept as tuples of tuples for validation to report) key as they are."""
     if enc is None:
         return None
-    blocks = enc.block_scales
-    if blocks is not None:
-        try:
-            b = np.asarray(blocks, dtype=np.int64)
-            blocks = (b.shape, b.tobytes())
-        except (ValueError, OverflowError, TypeError):  # ragged or out of range: as they are
-            pass
-    return (enc.kind, array("d", enc.scales).tobytes(), array("q", enc.offsets).tobytes(),
-            values_key((enc.axis, enc.bitwidth, enc.num_blocks_per_axis, enc.block_scale_bitwidth)), blocks)
+    return (enc.kind, enc.scales, enc.offsets,
+            values_key((enc.axis, enc.bitwidth, enc.num_blocks_per_axis, enc.block_scale_bitwidth)), enc.block_scales)
 
 
 def tensor_kind_key(tensor_type: TensorType, datatype: DataType, dims: tuple[int, ...],

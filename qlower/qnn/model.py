@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from qlower._frozen import Frozen, frozen_floats, frozen_ints, frozen_rows
 from qlower.qnn.datatypes import DataType
 
 PACKAGE = "qti.aisw"
@@ -40,14 +41,6 @@ class EncodingKind(enum.IntEnum):
     UNDEFINED = 0x7FFFFFFF
 
 
-def _floats(v: Any) -> tuple[float, ...]:
-    return tuple(float(x) for x in np.atleast_1d(np.asarray(v, dtype=np.float64)))
-
-
-def _ints(v: Any) -> tuple[int, ...]:
-    return tuple(int(x) for x in np.atleast_1d(np.asarray(v, dtype=np.int64)))
-
-
 @attrs.frozen
 class QuantEncoding:
     """A QNN quantization encoding: real = scale * (q + offset).
@@ -58,16 +51,21 @@ class QuantEncoding:
     scales (`block_scales`, shape [channels, num_blocks_per_axis]) of
     `block_scale_bitwidth` bits; the effective scale of a block is
     channel_scale * block_scale.
+
+    The numbers are read-only numpy arrays (`qlower._frozen.Frozen`: float64 scales, int64 offsets,
+    2-D int64 block scales) that behave as the tuples they replace; two encodings are equal when their
+    numbers have the same bits, as `qlower.qnn.keys.encoding_key` keys them.
     """
 
     kind: EncodingKind
-    scales: tuple[float, ...] = attrs.field(converter=_floats)
-    offsets: tuple[int, ...] = attrs.field(converter=_ints)
+    scales: Frozen = attrs.field(converter=frozen_floats)
+    offsets: Frozen = attrs.field(converter=frozen_ints)
     axis: int | None = None
     bitwidth: int | None = None
     num_blocks_per_axis: int | None = None
     block_scale_bitwidth: int | None = None
-    block_scales: tuple[tuple[int, ...], ...] | None = None
+    block_scales: Frozen | tuple[tuple[int, ...], ...] | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else frozen_rows(v))  # ragged: tuples, for checks
 
     @property
     def per_axis(self) -> bool:
@@ -78,8 +76,8 @@ class QuantEncoding:
     def from_zero_point(cls, scale: Any, zero_point: Any, *, axis: int | None = None,
                         bitwidth: int | None = None) -> QuantEncoding:
         """Framework (scale, zero_point) to QNN: offset = -zero_point."""
-        scales = _floats(scale)
-        offsets = tuple(-z for z in _ints(zero_point))
+        scales = frozen_floats(scale)
+        offsets = frozen_ints(-frozen_ints(zero_point).array)
         if axis is None:
             kind = EncodingKind.BW_SCALE_OFFSET if bitwidth is not None else EncodingKind.SCALE_OFFSET
         else:
