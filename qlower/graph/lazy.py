@@ -76,10 +76,33 @@ class SafetensorsSource:
     def rows(self, i: int, j: int) -> np.ndarray:
         if self.bf16:
             return self._bf16_rows((i, j))
+        plain = self._plain_rows(i, j)
+        if plain is not None:
+            return plain
         from safetensors import safe_open
 
         with safe_open(str(self.path), framework="numpy") as f:
             return f.get_slice(self.key)[i:j]
+
+    def _plain_rows(self, i: int, j: int) -> np.ndarray | None:
+        """Rows i:j with one read into the array (the safetensors package reads, then copies: a 4-bit
+        LLM's weights are gigabytes); None for a dtype numpy has no name for (the package reads it)."""
+        doc, base = _safetensors_doc(self.path)
+        entry = doc.get(self.key)
+        name = _NPY_DTYPES.get(entry.get("dtype")) if type(entry) is dict else None
+        if name is None or name == "bfloat16" or "data_offsets" not in entry or not entry.get("shape"):
+            return None
+        dtype = np.dtype(name).newbyteorder("<")  # (safetensors data is little-endian)
+        shape = tuple(int(d) for d in entry.get("shape", ()))
+        row = math.prod(shape[1:]) if shape else 1
+        j = min(j, shape[0]) if shape else j
+        i = min(i, j)
+        count = max(0, j - i) * row
+        raw = np.fromfile(self.path, dtype=dtype, count=count,
+                          offset=base + int(entry["data_offsets"][0]) + i * row * dtype.itemsize)
+        if raw.size != count:
+            raise OSError(f"{self.path}: tensor {self.key} is cut short ({raw.size} of {count} values)")
+        return raw.reshape(((j - i), *shape[1:]) if shape else ())
 
     def _bf16_rows(self, span: tuple[int, int] | None) -> np.ndarray:
         """Rows i:j (all when `span` is None), widened to float32 from the file's raw bytes."""

@@ -10,9 +10,11 @@ and leaves earlier outputs untouched.
 On big graphs (and where `os.fork` exists) the `.cpp`, the largest and
 slowest artifact, is written by a forked child process while this process
 runs the caller's gate (validation) and writes the `_net.json` and `.bin`:
-the text writers are pure Python, so a second core shares the work. The bytes are the
-same either way; a failure in a child comes back as the same exception and
-removes all three temporaries.
+the text writers are pure Python, so a second core shares the work. When the
+text is mostly encodings' numbers (a 4-bit LLM's block scales) the `_net.json`
+gets a child of its own too, and this process writes the `.bin` (reading and
+writing the weights, mostly waiting on I/O). The bytes are the same either way;
+a failure in a child comes back as the same exception and removes all three temporaries.
 """
 
 from __future__ import annotations
@@ -41,8 +43,9 @@ PARALLEL_OPS = 20_000  # from this many ops `save` writes the .cpp in a child pr
 # are most of its .cpp's text on few ops (Qwen3-1.7B w4a16: 2k ops, 54M block scales, 230 MB of text)
 PARALLEL_NUMBERS = 4_000_000
 # The artifact a child writes: the .cpp, the largest and slowest (a second child for the _net.json
-# measured slower on 2 cores: its copy-on-write faults cost more than it saved).
-_CPP = 1
+# measured slower on 2 cores for a 1M-op graph: its copy-on-write faults cost more than it saved; on an
+# encoding-heavy graph of few ops there are few objects to fault on, and the _net.json gets one too).
+_JSON, _CPP = 0, 1
 
 
 def artifact_names(graph_name: str) -> tuple[str, str, str]:
@@ -60,20 +63,25 @@ def save(graph: QnnGraph | QnnTable, outdir: Path, *, converter_command: str = "
     qlower command line that produced the graph). Output is byte-identical for
     identical input. Raises QlowerError if the graph cannot be written. `progress(done, total)`
     hears of the `.bin` data bytes as they are written. `parallel` writes the `.cpp` in a
-    child process (default: from `PARALLEL_OPS` ops on, where `os.fork` exists and no other
+    child process (default: from `PARALLEL_OPS` ops on, and the `.cpp` and the `_net.json` in a
+    child each from `PARALLEL_NUMBERS` encoding numbers on, where `os.fork` exists and no other
     thread runs). `direct` writes with O_DIRECT where the filesystem takes it (see
     `qlower._files.StreamFile`); the bytes are the same either way. `gate` (e.g. validation) runs
     here while the child writes; when it returns False nothing is written and `save` returns [].
     """
-    if parallel is None:  # forking a process that runs other threads could copy a lock some thread holds
-        ops = len(graph.op_names) if isinstance(graph, QnnTable) else len(graph.ops)
-        parallel = (ops >= PARALLEL_OPS or _encoding_numbers(graph) >= PARALLEL_NUMBERS) and \
-            threading.active_count() == 1
-    parallel = parallel and hasattr(os, "fork")
+    forked: tuple[int, ...] = (_CPP,) if parallel else ()  # the artifacts children write
+    if parallel is None and threading.active_count() == 1:  # forking a process that runs other threads
+        ops = len(graph.op_names) if isinstance(graph, QnnTable) else len(graph.ops)  # could copy a held lock
+        if _encoding_numbers(graph) >= PARALLEL_NUMBERS:
+            forked = (_CPP, _JSON)
+        elif ops >= PARALLEL_OPS:
+            forked = (_CPP,)
+    if not hasattr(os, "fork"):
+        forked = ()
     enabled = gc.isenabled()
     gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
     try:
-        return _save(graph, Path(outdir), converter_command, copyright_str, progress, parallel, direct, gate)
+        return _save(graph, Path(outdir), converter_command, copyright_str, progress, forked, direct, gate)
     finally:
         if enabled:
             gc.enable()
@@ -94,7 +102,7 @@ def _encoding_numbers(graph: QnnGraph | QnnTable) -> int:
 
 
 def _save(graph: QnnGraph | QnnTable, outdir: Path, converter_command: str, copyright_str: str,
-          progress: Callable[[int, int], None] | None = None, parallel: bool = False,
+          progress: Callable[[int, int], None] | None = None, forked: tuple[int, ...] = (),
           direct: bool = True, gate: Callable[[], bool] | None = None) -> list[Path]:
     try:
         layout = emit_bin.plan(graph)
@@ -125,7 +133,7 @@ def _save(graph: QnnGraph | QnnTable, outdir: Path, converter_command: str, copy
                                 code="output-dir")) from None
     temps: list[tuple[Path, Path]] = []
     files: list[StreamFile] = []
-    child: _Child | None = None  # the process writing the .cpp, when there is one
+    children: dict[int, _Child] = {}  # the processes writing artifacts (by index), when there are any
     try:
         for name, _ in writers:
             remove_stale_temporaries(outdir, name)  # what a killed run left
@@ -135,30 +143,28 @@ def _save(graph: QnnGraph | QnnTable, outdir: Path, converter_command: str, copy
             temps.append((Path(tmp), outdir / name))
             files.append(StreamFile.create(tmp, direct=direct))
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; artifacts are ordinary files
-        if parallel:
+        for i in forked:
             try:
-                child = _Child.start(writers[_CPP][1], files[_CPP], writers[_CPP][0])
+                children[i] = _Child.start(writers[i][1], files[i], writers[i][0])
             except OSError:  # no process to spare (memory, process limit): write it here
-                child = None
-            else:
-                files[_CPP].close()  # (nothing buffered yet) the child has its own copy
+                break
+            files[i].close()  # (nothing buffered yet) the child has its own copy
         if gate is not None and not gate():
-            _discard(temps, files, child)
+            _discard(temps, files, children)
             return []
         for i, (_, write) in enumerate(writers):
-            if child is None or i != _CPP:
+            if i not in children:
                 _write_file(write, files[i])
-        if child is not None:
-            c, child = child, None
-            c.join()
+        while children:
+            children.pop(next(iter(children))).join()
         for tmp, final in temps:
             os.replace(tmp, final)
     except OSError as exc:
-        _discard(temps, files, child)
+        _discard(temps, files, children)
         raise QlowerError(error(f"cannot write artifacts: {exc}", subject=str(outdir),
                                 code="output-write")) from None
     except BaseException:
-        _discard(temps, files, child)
+        _discard(temps, files, children)
         raise
     return [final for _, final in temps]
 
@@ -228,8 +234,9 @@ def _pickled(exc: BaseException) -> bytes:
         return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
 
 
-def _discard(temps: list[tuple[Path, Path]], files: list[StreamFile], child: _Child | None = None) -> None:
-    if child is not None:
+def _discard(temps: list[tuple[Path, Path]], files: list[StreamFile], children: dict[int, _Child] | None = None
+             ) -> None:
+    for child in (children or {}).values():
         child.kill()
     for f in files:
         try:

@@ -190,4 +190,20 @@ def test_many_encoding_numbers_write_the_cpp_in_a_child(tmp_path, monkeypatch) -
     monkeypatch.setattr(artifacts, "PARALLEL_NUMBERS", 10**9)
     assert [p.read_bytes() for p in artifacts.save(g, tmp_path / "few")] == want and not started
     monkeypatch.setattr(artifacts, "PARALLEL_NUMBERS", 1000)  # (the graph has about 2,600)
-    assert [p.read_bytes() for p in artifacts.save(g, tmp_path / "many")] == want and started
+    assert [p.read_bytes() for p in artifacts.save(g, tmp_path / "many")] == want
+    assert sorted(a[2] for a in started) == ["numbers.cpp", "numbers_net.json"]  # a child each
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="writing in a child process needs os.fork")
+def test_a_failing_json_child_leaves_no_files(tmp_path, monkeypatch) -> None:
+    from qlower.diagnostics import QlowerError
+    from qlower.qnn import artifacts
+
+    def broken(*a, **k):
+        raise QlowerError(emit_json.error("the json writer broke", code="test"))
+
+    monkeypatch.setattr(artifacts, "PARALLEL_NUMBERS", 1000)
+    monkeypatch.setattr(emit_json, "write", broken)
+    with pytest.raises(QlowerError, match="the json writer broke"):
+        artifacts.save(_graph([e[1] for e in _long_encodings().values()]), tmp_path)
+    assert list(tmp_path.iterdir()) == []
