@@ -1,16 +1,26 @@
 """Accuracy side by side (outside the default test run): SQNR of each quantizer's outputs against the
-float model on held-out inputs, on the same calibration data, at w8a16 and w4a16.
+float model on held-out inputs, every quantizer calibrated on the same calibration inputs, at w8a16
+and w4a16.
 
-    python bench/bench_accuracy.py [--calibration 8] [--held-out 8]
+    python bench/bench_accuracy.py [--calibration 8] [--held-out 8] [--models cnn,llama,...] [--seed 0]
 
-  qlower   `qlower.quantize` (min-max; 4-bit: per channel, LPBQ blocks of 32 where they divide the
-           rows), lowered for HTP and run with qlower's QNN reference interpreter; again with
-           param_calibration_method="mse" (weights clipped where that lowers their squared error)
-  AIMET    aimet-onnx's QuantizationSimModel, its default scheme, int16 activations, int8/int4 params
-  ORT      onnxruntime's get_qnn_qdq_config (QUInt16 activations, QUInt8 / QInt4 per-channel weights),
-           the QDQ model run by onnxruntime's CPU provider
+  qlower   `qlower.quantize` with its defaults (min-max ranges, 16-bit ones with 1/16 headroom;
+           Sigmoid / Softmax results at HTP's fixed 1/65536; weights symmetric per channel, 4-bit
+           as LPBQ: blocks of 32 inputs where they divide the rows, per channel elsewhere; biases
+           corrected for the weights' mean shift), lowered for HTP and run with qlower's QNN
+           reference interpreter; again with param_calibration_method="mse" (weights clipped per
+           channel/block where that lowers their squared error)
+  AIMET    aimet-onnx's QuantizationSimModel, its default scheme (min-max, default config) at int16
+           activations and int8 / int4 params; at 4 bits LPBQ (`set_lpbq_for_params`, blocks of 32,
+           4-bit block scales) on its Conv/Gemm/MatMul weights
+  ORT      onnxruntime's get_qnn_qdq_config (QUInt16 activations, QUInt8 / QInt4 per-channel weights:
+           ORT has no LPBQ, so its w4a16 is per channel), the QDQ model run by onnxruntime's CPU provider
 
-Models are ONNX exports of small torch models with fixed seeds (a CNN, a transformer encoder block).
+Models are ONNX exports (torch.onnx.export, dynamo=False, opset 17) of small models with fixed seeds:
+a CNN, a transformer encoder block, transformers' ViTModel (its last_hidden_state), and two causal
+LM decoders, LlamaForCausalLM and Qwen3ForCausalLM (tiny random configs, eager attention, a prefill of
+32 token ids in and its logits out, no KV cache). Float inputs are standard normals, token ids uniform
+over the vocabulary.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +42,18 @@ def sqnr(ref: np.ndarray, got: np.ndarray) -> float:
                                max(np.sum((ref.astype(np.float64) - got) ** 2), 1e-30)))
 
 
-def models(tmp: Path) -> dict[str, tuple[Path, dict[str, tuple[int, ...]]]]:
-    import torch
+# name -> (shape, dtype, vocabulary): float inputs are standard normals, integer inputs token ids in [0, vocabulary)
+Inputs = dict[str, tuple[tuple[int, ...], str, int | None]]
 
-    torch.manual_seed(0)
+SEQ, VOCAB = 32, 256
+BLOCK = 32  # LPBQ block (4-bit weights)
+
+
+def models(tmp: Path, wanted: set[str] | None = None, seed: int = 0) -> dict[str, tuple[Path, Inputs]]:
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
     cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
                               torch.nn.Conv2d(16, 32, 3, padding=1, stride=2), torch.nn.ReLU(),
                               torch.nn.Conv2d(32, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
@@ -56,13 +75,62 @@ def models(tmp: Path) -> dict[str, tuple[Path, dict[str, tuple[int, ...]]]]:
             x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
             return x + self.f2(torch.relu(self.f1(self.n2(x))))
 
+    block = Block().eval()
+
+    class Logits(torch.nn.Module):  # a causal LM's prefill: token ids in, logits out, no KV cache
+        def __init__(self, lm: torch.nn.Module) -> None:
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids):
+            return self.lm(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), use_cache=False).logits
+
+    class Hidden(torch.nn.Module):  # an encoder's last hidden state
+        def __init__(self, enc: torch.nn.Module) -> None:
+            super().__init__()
+            self.enc = enc
+
+        def forward(self, x):
+            return self.enc(x).last_hidden_state
+
+    def hf(model_cls, config_cls, model_kw=None, **kw):  # a tiny random transformers model, eager attention
+        config = config_cls(**kw)
+        config._attn_implementation = "eager"
+        torch.manual_seed(seed)
+        return model_cls(config, **(model_kw or {})).eval()
+
+    decoder = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2 * SEQ)
+    vit = hf(transformers.ViTModel, transformers.ViTConfig, {"add_pooling_layer": False}, image_size=32,
+             patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+    ids = ((1, SEQ), "int64", VOCAB)
+    cases = (("cnn", cnn, {"x": ((1, 3, 16, 16), "float32", None)}),
+             ("encoder_block", block, {"x": ((1, 16, 64), "float32", None)}),
+             ("vit", Hidden(vit), {"x": ((1, 3, 32, 32), "float32", None)}),
+             ("llama", Logits(hf(transformers.LlamaForCausalLM, transformers.LlamaConfig, **decoder)),
+              {"input_ids": ids}),
+             ("qwen3", Logits(hf(transformers.Qwen3ForCausalLM, transformers.Qwen3Config, head_dim=16, **decoder)),
+              {"input_ids": ids}))
     out = {}
-    for name, m, shape in (("cnn", cnn, (1, 3, 16, 16)), ("encoder_block", Block().eval(), (1, 16, 64))):
+    for name, m, inputs in cases:
+        if wanted is not None and name not in wanted:
+            continue
         path = tmp / f"{name}.onnx"
-        torch.onnx.export(m, (torch.randn(shape),), str(path), input_names=["x"], output_names=["y"],
-                          dynamo=False, opset_version=17)
-        out[name] = (path, {"x": shape})
+        (shape, dtype, vocab), = inputs.values()
+        example = torch.randint(0, vocab, shape) if vocab else torch.randn(shape)
+        with torch.no_grad():
+            torch.onnx.export(m, (example,), str(path), input_names=list(inputs), output_names=["y"],
+                              dynamo=False, opset_version=17)
+        out[name] = (path, inputs)
     return out
+
+
+def feed_maker(inputs: Inputs, rng: np.random.Generator):
+    """One input set a call: normals for float inputs, token ids for integer ones."""
+    def make() -> dict[str, np.ndarray]:
+        return {k: (rng.integers(0, vocab, shape).astype(dtype) if vocab else
+                    rng.standard_normal(shape).astype(dtype)) for k, (shape, dtype, vocab) in inputs.items()}
+    return make
 
 
 def run_qlower(path: Path, calib: list[dict], held: list[dict], bits: int, tmp: Path,
@@ -76,7 +144,7 @@ def run_qlower(path: Path, calib: list[dict], held: list[dict], bits: int, tmp: 
     from qlower.reference.quant import dequantize
 
     g = load_onnx(path)
-    opts = QuantOptions(weights_bitwidth=bits, block_size=32 if bits == 4 else None,
+    opts = QuantOptions(weights_bitwidth=bits, block_size=BLOCK if bits == 4 else None,
                         param_calibration_method=param_method)
     q = quantize(g, calib, opts)
     result = qlower.lower(q, qlower.load_rules(packs=["onnx"]), backend="htp")
@@ -84,7 +152,8 @@ def run_qlower(path: Path, calib: list[dict], held: list[dict], bits: int, tmp: 
     qnn = result.qnn
     outs = []
     for feed in held:
-        ins = {v.name: quantize_real(feed[v.name], v.quant, v.dtype) for v in q.inputs}
+        ins = {v.name: quantize_real(feed[v.name], v.quant, v.dtype) if v.quant is not None else feed[v.name]
+               for v in q.inputs}
         got = run_qnn(qnn, ins)
         y = q.outputs[0]
         outs.append(dequantize(got[y.name], encoding_of(y.quant, y.dtype, y.shape), y.dtype))
@@ -113,9 +182,11 @@ def run_ort(path: Path, calib: list[dict], held: list[dict], bits: int, tmp: Pat
 
 def run_aimet(path: Path, calib: list[dict], held: list[dict], bits: int, tmp: Path) -> list[np.ndarray]:
     import onnx
-    from aimet_onnx.quantsim import QuantizationSimModel
+    from aimet_onnx.quantsim import QuantizationSimModel, set_lpbq_for_params
 
     sim = QuantizationSimModel(onnx.load(str(path)), param_type=f"int{bits}", activation_type="int16")
+    if bits == 4:  # LPBQ as qlower's: 4-bit blocks of 32 inputs, 4-bit integer scales per channel
+        set_lpbq_for_params(sim, bitwidth=4, block_size=BLOCK, op_types={"Conv", "Gemm", "MatMul"})
     sim.compute_encodings(calib)
     return [sim.session.run(None, f)[0] for f in held]
 
@@ -126,12 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--calibration", type=int, default=8)
     ap.add_argument("--held-out", type=int, default=8)
+    ap.add_argument("--models", help="comma-separated subset of the models (default: all)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seeds the models (torch) and, plus one, the inputs (numpy)")
     args = ap.parse_args(argv)
+    wanted = set(args.models.split(",")) if args.models else None
     tmp = Path(tempfile.mkdtemp(prefix="qlower_acc_"))
     rows = []
-    for name, (path, shapes) in models(tmp).items():
-        rng = np.random.default_rng(1)
-        make = lambda: {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}  # noqa: E731
+    start = time.perf_counter()
+    for name, (path, inputs) in models(tmp, wanted, args.seed).items():
+        make = feed_maker(inputs, np.random.default_rng(args.seed + 1))
         calib = [make() for _ in range(args.calibration)]
         held = [make() for _ in range(args.held_out)]
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -151,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\nmodel | mode | qlower SQNR dB | qlower, mse weights dB | AIMET QuantSim dB | ORT get_qnn_qdq_config dB")
     for r in rows:
         print(" | ".join(r))
+    print(f"(ORT's w4a16 is per channel: get_qnn_qdq_config has no LPBQ. {args.calibration} calibration and "
+          f"{args.held_out} held-out input sets a model; {time.perf_counter() - start:.0f} s)")
     return 0
 
 

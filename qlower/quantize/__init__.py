@@ -14,6 +14,7 @@ import numpy as np
 
 from qlower.graph.core import Graph
 from qlower.quantize.calibrate import calibrate
+from qlower.quantize.correct import correctable, corrections
 from qlower.quantize.options import METHODS, Overrides, QuantOptions
 from qlower.quantize.rewrite import quantize_graph
 from qlower.quantize.shards import ShardWriter
@@ -56,11 +57,15 @@ def quantize(graph: Graph, feeds: Iterable[Mapping[str, np.ndarray]], options: Q
     t = timings if timings is not None else {}
     t0 = time.perf_counter()
     say("quantizing weights")
+    # biases that can take back the mean shift the quantized weights cause stay float until calibration
+    # has measured their ops' input means (qlower.quantize.correct)
+    found = correctable(graph) if opts.bias_correction else []
+    hold = frozenset(s.bias for s in found)
     if out is None:
-        wq = quantize_graph(graph, {}, opts, activations=False)
+        wq = quantize_graph(graph, {}, opts, activations=False, hold=hold)
     else:
         with ShardWriter(out.parent, out.stem) as shards:
-            wq = quantize_graph(graph, {}, opts, sink=shards.add, name=out.stem, activations=False)
+            wq = quantize_graph(graph, {}, opts, sink=shards.add, name=out.stem, activations=False, hold=hold)
     t["weights"] = time.perf_counter() - t0
     t["calibration"] = per_set = []
     mark = [time.perf_counter()]
@@ -73,9 +78,11 @@ def quantize(graph: Graph, feeds: Iterable[Mapping[str, np.ndarray]], options: Q
 
     say("calibrating")
     seen = calibrate(wq, feeds, kernels if kernels is not None else source_kernels(graph),
-                     histogram=opts.calibration_method != "minmax", progress=step)
+                     histogram=opts.calibration_method != "minmax", progress=step,
+                     features={s.input: s.axis for s in found})
     t1 = time.perf_counter()
-    q = quantize_graph(wq, seen, opts, name=out.stem if out is not None else None)
+    shift = corrections(graph, wq, found, seen) if found else None
+    q = quantize_graph(wq, seen, opts, name=out.stem if out is not None else None, shift=shift)
     t["activations"] = time.perf_counter() - t1
     if out is not None:
         t2 = time.perf_counter()

@@ -16,6 +16,7 @@ import numpy as np
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph
 from qlower.quantize.observe import RangeObserver
+from qlower.quantize.table import roles, softmax_rows
 from qlower.reference.spec import Kernel, KernelError, OutSpec
 
 
@@ -81,8 +82,6 @@ def _run(op: Any, kernel: Kernel, env: Mapping[int, Any], outs: list[OutSpec]) -
     """One op on the kernels, a big weight's rows (or a table's needed rows) at a time where the roles
     file says the op allows it, so no big constant is ever whole in float (the reference kernels
     compute in float64)."""
-    from qlower.quantize.rewrite import roles
-
     table = roles()
     split = table["split_rows"].get(op.type)
     gather = table["gather_rows"].get(op.type)
@@ -133,8 +132,9 @@ def _run(op: Any, kernel: Kernel, env: Mapping[int, Any], outs: list[OutSpec]) -
 
 def calibrate(graph: Graph, feeds: Iterable[Mapping[str, Any]], kernels: Mapping[str, Mapping[str, Kernel]], *,
               histogram: bool = False, observers: dict[str, RangeObserver] | None = None,
-              progress: Any = None) -> dict[str, RangeObserver]:
-    """name → observer of every non-constant float tensor, over all `feeds` (input name → array).
+              progress: Any = None, features: Mapping[str, int] | None = None) -> dict[str, RangeObserver]:
+    """name → observer of every non-constant float tensor, over all `feeds` (input name → array);
+    `features` (name → axis) also get their mean along that axis kept (`RangeObserver.update_features`).
 
     A feed source with an `observe(outputs)` method (`qlower.frontends.llm.Prefill`) is given each
     feed's outputs before the next feed is asked for: a prefill's KV cache comes from the chunks
@@ -150,6 +150,9 @@ def calibrate(graph: Graph, feeds: Iterable[Mapping[str, Any]], kernels: Mapping
                 last[id(v)] = k
     keep = {id(v) for v in graph.outputs}
     watched = {id(v): v.name for v in graph.values if not v.is_const and v.dtype.kind == "f"}
+    rows = softmax_rows(graph)
+    feature_axes = {id(v): features[v.name] for v in graph.values if features and v.name in features
+                    and id(v) in watched}
     for name in watched.values():
         seen.setdefault(name, RangeObserver(histogram))
     observe = getattr(feeds, "observe", None)
@@ -162,6 +165,10 @@ def calibrate(graph: Graph, feeds: Iterable[Mapping[str, Any]], kernels: Mapping
             env[id(v)] = arr
             if id(v) in watched:
                 seen[v.name].update(arr)
+                if id(v) in rows:
+                    seen[v.name].update_rows(arr, rows[id(v)])
+                if id(v) in feature_axes:
+                    seen[v.name].update_features(arr, feature_axes[id(v)])
         for k, op in enumerate(order):
             dialect, _, name = op.type.partition(".")
             kernel = kernels.get(dialect, {}).get(name)
@@ -177,6 +184,10 @@ def calibrate(graph: Graph, feeds: Iterable[Mapping[str, Any]], kernels: Mapping
             for r, val in zip(op.results, results):
                 if id(r) in watched:
                     seen[r.name].update(val)
+                    if id(r) in rows:
+                        seen[r.name].update_rows(val, rows[id(r)])
+                    if id(r) in feature_axes:
+                        seen[r.name].update_features(val, feature_axes[id(r)])
                 if id(r) in last or id(r) in keep:
                     env[id(r)] = val
             for v in op.operands:

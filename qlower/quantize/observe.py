@@ -12,15 +12,57 @@ BINS = 2048
 
 
 class RangeObserver:
-    """min, max and (when `histogram`) the distribution of every value seen."""
+    """min, max and (when `histogram`) the distribution of every value seen; for a Softmax's operand
+    also the least row maximum (`update_rows`)."""
 
-    __slots__ = ("lo", "hi", "counts", "edges", "histogram")
+    __slots__ = ("lo", "hi", "counts", "edges", "histogram", "row_floor", "feature_axis", "feature_sum",
+                 "feature_count")
 
     def __init__(self, histogram: bool) -> None:
         self.lo, self.hi = np.inf, -np.inf
         self.counts: np.ndarray | None = None
         self.edges: tuple[float, float] | None = None
         self.histogram = histogram
+        self.row_floor = np.inf
+        self.feature_axis: int | None = None
+        self.feature_sum: np.ndarray | None = None
+        self.feature_count = 0
+
+    def update_features(self, x: np.ndarray, axis: int) -> None:
+        """The running mean of each feature along `axis` (a weight op's input: see
+        `qlower.quantize.correct`); memory is one float64 a feature."""
+        x = np.asarray(x)
+        if x.ndim == 0 or x.size == 0:
+            return
+        axis %= x.ndim
+        if self.feature_axis is not None and (axis != self.feature_axis or
+                                              self.feature_sum.shape[0] != x.shape[axis]):
+            raise ValueError(f"features along axis {axis} of {x.shape[axis]}, were along {self.feature_axis}")
+        others = tuple(a for a in range(x.ndim) if a != axis)
+        total = x.sum(axis=others, dtype=np.float64)
+        if self.feature_sum is None:
+            self.feature_axis, self.feature_sum = axis, total
+        else:
+            self.feature_sum += total
+        self.feature_count += x.size // x.shape[axis]
+
+    def feature_mean(self, axis: int) -> np.ndarray | None:
+        if self.feature_sum is None or self.feature_count == 0 or axis != self.feature_axis \
+                or not np.isfinite(self.feature_sum).all():
+            return None
+        return self.feature_sum / self.feature_count
+
+    def update_rows(self, x: np.ndarray, axis: int) -> None:
+        """The least maximum of a row along `axis` (a Softmax's): values far enough below their row's
+        maximum weigh nothing in its softmax. A row of one value (a query every key is masked for)
+        weighs its entries equally wherever they lie, so it bounds nothing."""
+        x = np.asarray(x)
+        if x.size == 0 or x.ndim == 0:
+            return
+        top, bottom = x.max(axis=axis), x.min(axis=axis)
+        spread = np.isfinite(top) & (top > bottom)
+        if spread.any():
+            self.row_floor = min(self.row_floor, float(top[spread].min()))
 
     def update(self, x: np.ndarray) -> None:
         x = np.asarray(x)

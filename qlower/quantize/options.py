@@ -55,6 +55,9 @@ class QuantOptions:
     percentile: float = 99.99  # percentile_calibration_value
     act_symmetric: bool = False
     per_channel: bool = True
+    # bias correction (SNPE's quantizer's "bc" optimization, AIMET's bias correction): biases take back the
+    # mean output shift the weights' quantization causes (qlower.quantize.correct)
+    bias_correction: bool = True
     overrides: Overrides = attrs.field(factory=Overrides)
 
     def __attrs_post_init__(self) -> None:

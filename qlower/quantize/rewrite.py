@@ -4,23 +4,21 @@ writes it out) one at a time."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
-from functools import cache
-from importlib import resources
-from typing import Any
 
 import numpy as np
 
 from qlower.diagnostics import QlowerError, error
 from qlower.graph.core import Graph, Op, Value
 from qlower.graph.types import Quant
-from qlower.quantize.encode import (act_encoding, bias_encoding, kv_encoding, param_encoding, quantize_rows,
-                                    weight_encoding)
+from qlower.quantize.encode import (act_encoding, bias_encoding, fixed_encoding, kv_encoding, param_encoding,
+                                    quantize_rows, weight_encoding)
 from qlower.quantize.observe import RangeObserver
 from qlower.quantize.options import QuantOptions
 from qlower.quantize.overrides import imposed
+from qlower.quantize.table import axis_of as _axis
+from qlower.quantize.table import roles, softmax_rows
 
 # The KV cache of the LLM graphs (qlower.frontends.llm): cache inputs and the chunk's outputs, paired by
 # layer, share one encoding (the runtime appends the outputs to the cache the inputs read).
@@ -28,18 +26,6 @@ KV_NAME = re.compile(r"^(past|present)_(key|value)\.(\d+)$")
 
 # (value, quantized data) -> the value, its data now written out and held by reference
 Sink = Callable[[Value, np.ndarray], None]
-
-
-@cache
-def roles() -> dict[str, Any]:
-    return json.loads(resources.files("qlower.quantize").joinpath("roles.json").read_text())
-
-
-def _axis(spec: Any, op: Op) -> int:
-    if isinstance(spec, dict):
-        on = bool(op.attrs.get(spec["attr"], spec["default"]))
-        return int(spec["if"] if on else spec["else"])
-    return int(spec)
 
 
 def range_of(obs: RangeObserver | None, opts: QuantOptions, bits: int, symmetric: bool) -> tuple[float, float]:
@@ -52,13 +38,31 @@ def range_of(obs: RangeObserver | None, opts: QuantOptions, bits: int, symmetric
     return obs.lo, obs.hi
 
 
+HEADROOM = 1 / 16  # 16-bit min-max ranges: the fraction of the range added beyond each calibrated extreme
+
+
+def headroom(lo: float, hi: float) -> tuple[float, float]:
+    """A 16-bit min-max range widened by HEADROOM of its width on each side away from 0 (a side at 0,
+    a ReLU's, stays there). The extremes of a few calibration inputs are not those of the next input:
+    a value beyond them clips, and a few clipped elements (an input's, a residual stream's) cost more
+    than all the rounding of the range (min-max on 8 input sets, clipping on held-out ones, was most of
+    the w8a16 error of bench_accuracy's models). At 16 bits the wider step costs 20·log10(1 + 2/16)
+    = 1 dB of rounding noise some 90 dB below the signal; at 8 bits, 1 dB of ~50, so only 16 bits."""
+    width = (hi - lo) * HEADROOM
+    return (lo - width if lo < 0 else lo), (hi + width if hi > 0 else hi)
+
+
 def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantOptions, *,
-                   sink: Sink | None = None, name: str | None = None, activations: bool = True) -> Graph:
+                   sink: Sink | None = None, name: str | None = None, activations: bool = True,
+                   hold: frozenset[str] = frozenset(), shift: Mapping[str, np.ndarray] | None = None) -> Graph:
     """The quantized graph (see the module docstring); `seen` from `calibrate`. Constants already
     fixed-point are kept as they are, so the weights can be quantized first (`activations=False`:
-    every activation stays float) and the activations calibrated on the graph with those weights."""
+    every activation stays float, and so do the constants named in `hold`) and the activations
+    calibrated on the graph with those weights. `shift` (constant name → array of its size) is added
+    to a float constant before it is quantized (the biases' corrections, `qlower.quantize.correct`)."""
     table = roles()
     weights, passthrough, casts = table["weights"], frozenset(table["passthrough"]), frozenset(table["cast"])
+    float_casts, fixed_out = table["float_cast"], table["fixed_output"]
     over = opts.overrides
     q = Graph(name or f"{graph.name}_quantized")
 
@@ -112,14 +116,57 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
             clo, chi = range_of(seen.get(cover.name), opts, bits, True)
             amax = max(abs(clo), abs(chi))
             lo, hi = min(lo, -amax), max(hi, amax)
+        elif not opts.act_symmetric and v.name not in symmetric:
+            floor = softmax_floor(v)
+            if floor is not None and lo < floor < hi:
+                lo = floor
+        if bits == 16 and opts.calibration_method == "minmax":
+            lo, hi = headroom(lo, hi)
         return act_encoding(lo, hi, bits, opts.act_symmetric)
+
+    rows = softmax_rows(graph)
+
+    def softmax_floor(v: Value) -> float | None:
+        """The least value a softmax's operand needs: each row's entries more than K below its maximum
+        weigh under e^-K each, so with K = ln(2 n / step) (n entries a row, `step` that of the softmax
+        result's encoding) the n of them together move no result by half a step. Below the least row
+        maximum minus K the encoding may saturate: an additive attention mask (dtype-min, -1e4, -100)
+        then costs the scores none of their precision."""
+        obs = seen.get(v.name)
+        if id(v) not in rows or obs is None or not np.isfinite(obs.row_floor):
+            return None
+        n = v.shape[rows[id(v)]] if v.shape is not None else None
+        k = 0.0
+        for op, _ in v.users:
+            r = op.results[0]
+            if n is None or keeps_float(r) or r.name in over.encodings or KV_NAME.match(r.name):
+                return None
+            bits = bits_of(r, opts.act_bitwidth)
+            if op.type in fixed_out:
+                step = float(fixed_encoding(*fixed_out[op.type], bits)[1].scale[0])
+            else:
+                rlo, rhi = range_of(seen.get(r.name), opts, bits, False)
+                step = (max(rhi, 0.0) - min(rlo, 0.0)) / ((1 << bits) - 1)
+            if not step > 0:
+                return None
+            k = max(k, float(np.log(2.0 * n / step)))
+        return obs.row_floor - k
 
     # ---- the new graph: same names, quantized storage
     new: dict[str, Value] = {}
     made: dict[tuple[str, str], Value] = {}
     gather, cover, symmetric_params = table["gather"], table["cover"], table["symmetric_param"]
     absorbed_by = frozenset(table["absorbs_range"])
-    tied = passthrough | casts | gather.keys() | cover.keys()  # results whose encoding another fact fixes
+    # results whose encoding another fact fixes
+    tied = passthrough | casts | gather.keys() | cover.keys() | float_casts.keys() | fixed_out.keys()
+
+    def float_cast(op: Op) -> bool:
+        """A float -> float conversion (RMSNorm's .to(float32) and back): on fixed-point storage the
+        identity on real values, so its result keeps the operand's encoding and it becomes the
+        dialect's identity op (its `to` would name a float storage the quantized value has not)."""
+        src = op.operands[0] if op.type in float_casts and op.operands else None
+        return (src is not None and not src.is_const and src.dtype.kind == "f" and len(op.results) == 1
+                and op.results[0].dtype.kind == "f")
     symmetric: set[str] = set()
     for op in graph.ops:
         at = table["symmetric_range"].get(op.type)
@@ -145,6 +192,12 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
             nv = q.add_value(v.name, v.dtype, v.shape, quant=v.quant, data=v.data)
             made[key] = nv
             return nv
+        if not activations and v.name in hold:  # float until calibration gives its correction
+            nv = made[key] = q.add_value(v.name, v.dtype, v.shape, data=v.data)
+            return nv
+        src = v.data
+        if shift and v.name in shift:
+            src = (np.asarray(v.data, np.float64) + np.asarray(shift[v.name]).reshape(v.shape)).astype(np.float32)
         taken = any(n == v.name for n, _ in made)
         vname = v.name if not taken else q.fresh_value_name(f"{op.name}.{role}")
         fixed = over.encodings.get(v.name)
@@ -153,7 +206,7 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
                              np.uint16 if fixed.bitwidth > 8 else np.uint8)
             ax = axes if axes is not None else (None, None)
             enc = imposed(fixed, dtype, ax[0], ax[1], v.shape)
-            data = quantize_rows(v.data, enc, dtype)
+            data = quantize_rows(src, enc, dtype)
         elif role == "weight":
             bits = over.bitwidth.get(v.name, opts.weights_bitwidth)
             if bits not in (4, 8):
@@ -165,9 +218,9 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
             enc, data = weight_encoding(v.data, bits, axes[0], axes[1], per_channel=opts.per_channel, block=block,
                                         method=opts.param_calibration_method)
         elif role == "bias":
-            enc, data = bias_encoding(v.data)
+            enc, data = bias_encoding(src)
         else:
-            enc, data = param_encoding(v.data, over.bitwidth.get(v.name, opts.act_bitwidth), role == "symmetric")
+            enc, data = param_encoding(src, over.bitwidth.get(v.name, opts.act_bitwidth), role == "symmetric")
         nv = q.add_value(vname, data.dtype, v.shape, quant=enc, data=data)
         if sink is not None:
             sink(nv, data)
@@ -185,11 +238,17 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
                     or op.name in over.keep_float):
                 act[r.name] = encode(r)
             elif (table_at is not None and len(op.operands) > table_at and op.operands[table_at] is not None
-                  and op.operands[table_at].is_const and op.operands[table_at].dtype.kind == "f"):
+                  and op.operands[table_at].is_const
+                  and (op.operands[table_at].dtype.kind == "f" or op.operands[table_at].quant is not None)):
+                # (a table the weights-first pass has quantized already is kept as it is)
                 t = const(op.operands[table_at], "param", op)
                 act[r.name] = (t.dtype, t.quant)
-            elif op.type in passthrough and src is not None and not src.is_const and act.get(src.name) is not None:
+            elif ((op.type in passthrough or float_cast(op)) and src is not None and not src.is_const
+                  and act.get(src.name) is not None):
                 act[r.name] = act[src.name]
+            elif (op.type in fixed_out and r is op.results[0] and r.dtype.kind == "f"
+                  and r.name not in over.encodings):
+                act[r.name] = fixed_encoding(*fixed_out[op.type], bits_of(r, opts.act_bitwidth))
             else:
                 at = cover.get(op.type)
                 act[r.name] = encode(r, op.operands[at] if at is not None and len(op.operands) > at else None)
@@ -250,6 +309,9 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
         results = [value(r) for r in op.results]
         if op.type in casts and "dtype" in attrs_:
             attrs_["dtype"] = results[0].dtype.name
+        if float_cast(op) and operands[0].quant is not None and results[0].quant is not None:
+            q.add_op(op.name, float_casts[op.type], operands, results, {})
+            continue
         q.add_op(op.name, op.type, operands, results, attrs_)
     q.set_io([value(v) for v in graph.inputs], [value(v) for v in graph.outputs])
     return q

@@ -58,25 +58,28 @@ def test_observer_laws(batches):
 @given(hnp.arrays(np.float32, st.tuples(st.integers(1, 12), st.integers(1, 70)), elements=st.floats(-4, 4, width=32)),
        st.sampled_from([(8, None), (4, None), (4, 16), (4, 32)]))
 def test_weight_encodings(w, mode):
-    """Symmetric weights: codes within ±(2^(b-1)-1), error at most half a step of the element's own
-    scale; LPBQ block scales are a channel scale times an integer in 1..15."""
+    """Symmetric weights: codes within the signed range [-2^(b-1), 2^(b-1)-1], each the nearest code of
+    the element's own scale; per channel nothing clips (error at most half a step); LPBQ block scales
+    are a channel scale times an integer in 1..15."""
     bits, block = mode
     q, data = weight_encoding(w, bits, 0, 1, block=block)
     top = (1 << (bits - 1)) - 1
-    assert data.dtype == np.int8 and np.abs(data).max(initial=0) <= top
+    assert data.dtype == np.int8 and data.min(initial=0) >= -top - 1 and data.max(initial=0) <= top
     assert q.symmetric and set(q.zero_point) == {0}
     back = _dq(data, q, np.int8)
     if block is not None and (w.shape[1] % block or w.shape[1] <= block):
         assert q.block_size is None  # whole blocks only: per channel instead
     if q.block_size is None:
         step = np.asarray(q.scale)[:, None]
+        assert np.all(np.abs(back - w) <= step / 2 + 1e-6 * np.abs(w).max(initial=1))
     else:
         nb = -(-w.shape[1] // block)
         s = np.asarray(q.scale).reshape(w.shape[0], nb)
         ratio = s / s.max(axis=1, keepdims=True) * 15  # (the largest block has the integer 15)
         assert np.allclose(ratio, np.round(ratio)) and ratio.min() >= 1 - 1e-9
         step = np.repeat(s, block, axis=1)[:, :w.shape[1]]
-    assert np.all(np.abs(back - w) <= step / 2 + 1e-6 * np.abs(w).max(initial=1))
+        nearest = np.clip(np.rint(w.astype(np.float64) / step), -top - 1, top) * step
+        assert np.allclose(back, nearest, rtol=0, atol=1e-6 * np.abs(w).max(initial=1))
 
 
 def test_weights_stream_by_rows(tmp_path, monkeypatch):
