@@ -8,15 +8,14 @@
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from qlower._gc import paused
 from qlower.diagnostics import Diagnostic, QlowerError, SourceCache, error
 from qlower.graph.core import Graph
 from qlower.qnn.model import QnnGraph
@@ -172,7 +171,7 @@ class LowerResult:
         if self.validator is None:
             raise QlowerError(error("this result cannot validate: it was not made by `lower`"))
         t = time.perf_counter()
-        with _no_gc():
+        with paused():
             found = self.validator(self.table)
         self.validated = True
         self.diagnostics.extend(found)
@@ -199,7 +198,8 @@ class LowerResult:
                 return self.ok
         t = time.perf_counter()
         v0 = self.timings.get("validate", 0.0)
-        paths = save(qnn, Path(outdir), converter_command=converter_command, progress=progress, gate=gate)
+        with paused():
+            paths = save(qnn, Path(outdir), converter_command=converter_command, progress=progress, gate=gate)
         self.timings["emit"] = time.perf_counter() - t - (self.timings.get("validate", 0.0) - v0)
         return paths
 
@@ -212,19 +212,6 @@ class LowerResult:
 
     def qnn_op_counts(self) -> dict[str, int]:
         return self.table.op_type_counts() if self.table is not None else {}
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Graph building allocates millions of small objects; cyclic GC passes over
-    them cost more than the work itself and free nothing (the graph lives on)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = True,
@@ -258,7 +245,7 @@ def lower(graph: Graph, rules: Rules, backend: str = "htp", *, validate: bool = 
     run = Lowering(graph, target, rules.engine(backend).run, decls=rules.ruleset.ops,
                    computes=rules.ruleset.computes, float16=float16, validate=validate,
                    allow_partial=allow_partial)
-    with _no_gc():
+    with paused():
         run.run()
     coverage = run.outcome.coverage if run.outcome is not None else {}
     stats = dict(run.outcome.stats) if run.outcome is not None else {}
@@ -324,7 +311,8 @@ def load_model(path: str | Path, frontend: str = "auto", *, input_shapes: Mappin
                                     f"it takes: {', '.join(sorted(chosen.options)) or 'no options'}", code="usage"))
     if trust_pickle and "trust_pickle" in chosen.options:  # (other frontends run nothing from the file)
         given["trust_pickle"] = True
-    graph = chosen.load(Path(path), **given)
+    with paused():  # (a load allocates millions of objects that live on)
+        graph = chosen.load(Path(path), **given)
     if quantization_overrides is not None:
         from qlower.frontends.overrides import apply_overrides
         from qlower.graph.encodings import EncodingSet, read_encodings

@@ -25,7 +25,7 @@ import qlower
 ROOT = Path(qlower.__file__).resolve().parent
 
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer.split()) for layer in (
-    "diagnostics _resources _cache _frozen",
+    "diagnostics _resources _cache _frozen _gc",
     "_files",
     "graph",
     "qnn",

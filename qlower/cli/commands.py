@@ -478,12 +478,14 @@ def validate(args: argparse.Namespace) -> int:
     from qlower.plugins import installed
     from qlower.qnn.reader import read
     from qlower.qnn.validate import validate_graph
+    from qlower._gc import paused
 
     net = read(Path(args.net_json))  # absent static data is one warning here, an error in `run`
     graph = net.graph
     extra = installed()
     registry = load_registry([*args.opdefs, *extra.opdef_paths])  # plugins' op packages too
-    diags = [*net.diagnostics, *validate_graph(graph, registry, args.backend, ops=extra.qnn_ops(registry))]
+    with paused():
+        diags = [*net.diagnostics, *validate_graph(graph, registry, args.backend, ops=extra.qnn_ops(registry))]
     if diags:
         print(render_all(diags), file=sys.stderr)
     errors = sum(1 for d in diags if d.is_error)

@@ -16,7 +16,6 @@ problem with its location, loads the file instead; both build the same graph.
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import os
@@ -181,8 +180,6 @@ def load_graph(path: str | Path) -> Graph:
 def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<string>") -> Graph:
     """Parse graph JSON (text, or UTF-8 bytes); `base_dir` (default: the working directory) anchors npz
     paths."""
-    enabled = gc.isenabled()
-    gc.disable()  # a load allocates millions of acyclic objects; cyclic GC passes would dominate
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     try:
         if len(text) >= _TYPED_MIN:
@@ -210,9 +207,6 @@ def loads_graph(text: str | bytes, base_dir: Path | None = None, file: str = "<s
     except RecursionError:
         raise QlowerError(error(f"{file}: JSON nested too deeply (graph files nest a few levels)",
                                 code="invalid-json")) from None
-    finally:
-        if enabled:
-            gc.enable()
 
 
 _MAX_DIM = (1 << 32) - 1  # QNN tensor dims are uint32

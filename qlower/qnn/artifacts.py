@@ -19,7 +19,6 @@ a failure in a child comes back as the same exception and removes all three temp
 
 from __future__ import annotations
 
-import gc
 import os
 import pickle
 import signal
@@ -78,13 +77,7 @@ def save(graph: QnnGraph | QnnTable, outdir: Path, *, converter_command: str = "
             forked = (_CPP,)
     if not hasattr(os, "fork"):
         forked = ()
-    enabled = gc.isenabled()
-    gc.disable()  # writing allocates millions of acyclic temporaries; cyclic GC passes over a big graph free nothing
-    try:
-        return _save(graph, Path(outdir), converter_command, copyright_str, progress, forked, direct, gate)
-    finally:
-        if enabled:
-            gc.enable()
+    return _save(graph, Path(outdir), converter_command, copyright_str, progress, forked, direct, gate)
 
 
 def _encoding_numbers(graph: QnnGraph | QnnTable) -> int:

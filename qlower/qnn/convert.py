@@ -10,9 +10,6 @@ that package's op.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
 from pathlib import PurePath
@@ -120,19 +117,6 @@ def _param_datatype(pdef: Any, value: Any) -> DataType:
     return DataType.STRING
 
 
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Conversion allocates an object per tensor, op and param, all acyclic; cyclic GC passes
-    over a big graph would cost more than the conversion and free nothing."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def rule_location(location: str) -> str:
     """`folder/file.qpat:line` from a rule's `file:line:col`: the same on every machine."""
     parts = location.rsplit(":", 2)
@@ -174,8 +158,7 @@ def to_table(graph: Graph, registry: QnnOps | OpDefRegistry | None = None) -> Qn
                            for op in left])
     if isinstance(registry, OpDefRegistry):
         registry = QnnOps.build(registry)
-    with _no_gc():
-        return _convert(graph, registry)
+    return _convert(graph, registry)
 
 
 _NAME, _TYPE, _OPERANDS, _RESULTS, _PROVENANCE, _ATTRS, _PRODUCER = (

@@ -14,10 +14,8 @@ million-op graph of a few hundred kinds validates in a pass over a list of ints.
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
 from qlower.diagnostics import Diagnostic, did_you_mean, error
@@ -36,31 +34,18 @@ _OWN = (None,)  # the findings of a kind whose ops are checked one by one
 _OWN_DATA = (None, None)  # ... because checks read its static inputs' data (no sharing by param data either)
 
 
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Validation allocates many small acyclic objects; cyclic GC passes over a big graph free nothing."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def validate_graph(graph: QnnGraph | QnnTable, registry: OpDefRegistry, backend: str, *, ops: QnnOps | None = None
                    ) -> list[Diagnostic]:
     """Every problem with every op of `graph` on `backend` (one of qlower.qnn.backends.BACKENDS).
 
     `ops`: the op registry whose shape functions check shapes (with a plugin's custom ops);
     by default `registry` joined with the built-in shape rules."""
-    with _no_gc():
-        table = graph if isinstance(graph, QnnTable) else table_of(graph)
-        validator = _Validator.create(registry, backend, ops)
-        if isinstance(validator, Diagnostic):
-            return [validator]
-        diags: list[Diagnostic] = [validator.shapes_problem] if validator.shapes_problem else []
-        diags += validator.table(table)
+    table = graph if isinstance(graph, QnnTable) else table_of(graph)
+    validator = _Validator.create(registry, backend, ops)
+    if isinstance(validator, Diagnostic):
+        return [validator]
+    diags: list[Diagnostic] = [validator.shapes_problem] if validator.shapes_problem else []
+    diags += validator.table(table)
     return diags
 
 
