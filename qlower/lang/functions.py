@@ -49,10 +49,13 @@ class Function:
 
 @attrs.frozen
 class RangeEncoding:
-    """`quant_range(lo, hi)`: resolved against the value's dtype when emitted."""
+    """`quant_range(lo, hi)`: resolved against the value's dtype when emitted. `unit` (`quant_unit()`):
+    [0, 1) at scale 1/2^b with zero point 0, b the dtype's value bits (16 for uint16, 15 for int16), the
+    encoding HTP requires of a quantized Sigmoid's or Softmax's output."""
 
     lo: float
     hi: float
+    unit: bool = False
 
 
 def _extreme(fn, xs: tuple) -> Any:
@@ -219,6 +222,8 @@ _BUILTINS: tuple[Function, ...] = (
              doc="encoding from scale and zero point (per-axis with lists and axis)"),
     Function("quant_range", ("number", "number"), "encoding", lambda lo, hi: RangeEncoding(float(lo), float(hi)),
              doc="encoding covering [lo, hi] in the value's dtype"),
+    Function("quant_unit", (), "encoding", lambda: RangeEncoding(0.0, 1.0, unit=True),
+             doc="encoding of [0, 1) at scale 1/2^bits, zero point 0 (HTP's Sigmoid/Softmax output)"),
     Function("zeros", ("list[int]", "dtype"), "tensor", lambda s, d: np.zeros(s, _dtype(d))),
     Function("ones", ("list[int]", "dtype"), "tensor", lambda s, d: np.ones(s, _dtype(d))),
     Function("full", ("list[int]", "number", "dtype"), "tensor", lambda s, x, d: np.full(s, x, _dtype(d))),

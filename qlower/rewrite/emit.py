@@ -104,6 +104,9 @@ def resolve_encoding(enc: Any, dtype: np.dtype) -> Quant | None:
     if isinstance(enc, RangeEncoding):
         if dtype.kind not in "iu":
             return None
+        if enc.unit:
+            bits = dtype.itemsize * 8 - (dtype.kind == "i")
+            return Quant((2.0 ** -bits,), (0,), symmetric=dtype.kind == "i")
         return Quant.for_range(enc.lo, enc.hi, dtype.name)
     raise EvalError(f"not an encoding: {enc!r}")
 
