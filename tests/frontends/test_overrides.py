@@ -162,6 +162,22 @@ def test_a_misfit_entry_is_a_clear_error(tmp_path, capsys):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def _aimet_cell(bench, kind: str, config: str, tmp_path) -> tuple[str, float, float, float]:
+    """The AIMET bench's cell for a transformers model: its text (which must say the lowered graph
+    passed --verify), the largest step from QuantSim, and the SQNR of qlower and of QuantSim."""
+    pytest.importorskip("aimet_onnx.quantsim")
+    pytest.importorskip("transformers")
+    import re
+
+    bench_quant_aimet = bench("bench_quant_aimet")
+    path, calib, feed = bench_quant_aimet._transformer(kind, tmp_path)
+    text = bench_quant_aimet.cell(path, config, calib, feed, tmp_path)
+    assert text.startswith("verify ok"), text
+    found = re.search(r"max ([\d.]+) st", text)
+    ours, theirs = map(float, re.search(r"SQNR qlower ([-\d.]+) dB, QuantSim ([-\d.]+) dB", text).groups())
+    return text, float(found.group(1)) if found else float("inf"), ours, theirs
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "bert"])
 def test_a_transformer_quantized_by_aimet_lowers_verifies_and_matches_quantsim(kind, tmp_path, bench):
     """A transformers model (random weights, dynamo ONNX export) through aimet-onnx's QuantSim at
@@ -169,15 +185,7 @@ def test_a_transformer_quantized_by_aimet_lowers_verifies_and_matches_quantsim(k
     leaves out what export folded (position embeddings, a LayerNorm's bias); BERT's Linear layers are a
     MatMul and an Add with no encoding between them (one Gemm with an int32 bias); the lowered graph must
     validate for HTP, pass --verify and come within 0.5 dB of QuantSim's SQNR against the float model."""
-    pytest.importorskip("aimet_onnx.quantsim")
-    pytest.importorskip("transformers")
-    import re
-
-    bench_quant_aimet = bench("bench_quant_aimet")
-    path, calib, feed = bench_quant_aimet._transformer(kind, tmp_path)
-    text = bench_quant_aimet.cell(path, "w8a8", calib, feed, tmp_path)
-    assert text.startswith("verify ok"), text
-    ours, theirs = map(float, re.search(r"SQNR qlower ([-\d.]+) dB, QuantSim ([-\d.]+) dB", text).groups())
+    text, _, ours, theirs = _aimet_cell(bench, kind, "w8a8", tmp_path)
     assert ours >= theirs - 0.5, text
 
 
@@ -193,14 +201,5 @@ def test_an_aimet_lpbq_transformer_matches_quantsim_to_a_few_steps(kind, tmp_pat
     """At w4a16 with AIMET's LPBQ (4-bit weights, integer block scales 1..16): the block scales are
     kept as AIMET wrote them (re-split on a 1..15 grid, GPT-2 was 1115 output steps off QuantSim),
     and BERT's Linear layers with a blockwise weight fuse into a Gemm with a 32-bit bias."""
-    pytest.importorskip("aimet_onnx.quantsim")
-    pytest.importorskip("transformers")
-    import re
-
-    bench_quant_aimet = bench("bench_quant_aimet")
-    path, calib, feed = bench_quant_aimet._transformer(kind, tmp_path)
-    text = bench_quant_aimet.cell(path, "w4a16_lpbq", calib, feed, tmp_path)
-    assert text.startswith("verify ok"), text
-    steps = float(re.search(r"max ([\d.]+) st", text).group(1))
-    ours, theirs = map(float, re.search(r"SQNR qlower ([-\d.]+) dB, QuantSim ([-\d.]+) dB", text).groups())
+    text, steps, ours, theirs = _aimet_cell(bench, kind, "w4a16_lpbq", tmp_path)
     assert steps <= 4 and ours >= theirs - 0.1, text

@@ -11,38 +11,24 @@ import pytest
 import qlower
 from qlower import Graph
 from qlower.rewrite.pipeline import STAGES, TIMING, Lowering
+from tests.test_api import RULES, tiny as api_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
-
-RULES = """\
-op m.Neg(x) -> y
-op m.Rep(x) -> y { times: int }
-
-rule neg {
-  match y = m.Neg(x)
-  emit y = qnn.ElementWiseNeg(x)
-}
-
-rule rep {
-  match y = m.Rep(x) { times: n }
-  emit y = qnn.Tile(x) { multiples: [n, 1] }
-}
-"""
-
 
 @functools.cache
 def _rules() -> qlower.Rules:
     return qlower.rules_from_text(RULES, name="pipeline.qpat")
 
 
-def tiny(op: str = "m.Neg") -> Graph:
-    g = Graph("tiny")
-    x = g.add_value("x", "float32", [2, 3])
-    y = g.add_value("y", "float32", [2, 3])
-    z = g.add_value("z", "float32", [4, 3])
-    g.add_op("n", op, [x], [y])
-    g.add_op("r", "m.Rep", [y], [z], {"times": 2})
-    g.set_io([x], [z])
+def tiny() -> Graph:
+    return api_tiny()
+
+
+def undeclared() -> Graph:
+    g = Graph("undeclared")
+    x, y = g.add_value("x", "float32", [2, 3]), g.add_value("y", "float32", [2, 3])
+    g.add_op("n", "m.Undeclared", [x], [y])
+    g.set_io([x], [y])
     return g
 
 
@@ -83,7 +69,7 @@ def test_float16_runs_where_the_backend_runs_float_so_and_can_be_turned_off():
 
 
 def test_a_stage_with_errors_stops_the_run_and_says_why():
-    run = _lowering(tiny("m.Undeclared")).run()
+    run = _lowering(undeclared()).run()
     assert not run.ok and run.done == ["check"] and run.table is None
     assert any("m.Undeclared" in d.message for d in run.diagnostics if d.is_error)
 
