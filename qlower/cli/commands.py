@@ -584,14 +584,19 @@ def quantize(args: argparse.Namespace) -> int:
         from qlower.quantize.overrides import read_overrides
 
         overrides = read_overrides(Path(args.quantization_overrides))
-    opts = QuantOptions(act_bitwidth=args.act_bitwidth, weights_bitwidth=args.weights_bitwidth,
-                        bias_bitwidth=args.bias_bitwidth, block_size=args.block_size,
-                        kv_bitwidth=None if args.kv_bitwidth == 0 else args.kv_bitwidth,
-                        calibration_method=args.calibration_method,
-                        param_calibration_method=args.param_calibration_method,
-                        percentile=args.percentile_calibration_value,
-                        act_symmetric=args.act_quantizer_schema == "symmetric",
-                        per_channel=not args.no_per_channel, overrides=overrides)
+    try:
+        opts = QuantOptions(act_bitwidth=args.act_bitwidth, weights_bitwidth=args.weights_bitwidth,
+                            bias_bitwidth=args.bias_bitwidth, block_size=args.block_size,
+                            kv_bitwidth=None if args.kv_bitwidth == 0 else args.kv_bitwidth,
+                            calibration_method=args.calibration_method,
+                            param_calibration_method=args.param_calibration_method,
+                            percentile=args.percentile_calibration_value,
+                            act_symmetric=args.act_quantizer_schema == "symmetric",
+                            per_channel=not args.no_per_channel, overrides=overrides,
+                            range_headroom=args.range_headroom, bias_correction=not args.no_bias_correction)
+    except ValueError as exc:  # an option out of its range (the options say which)
+        print(f"qlower: error: {exc}", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     _progress(args, f"loading {args.model}")
     graph = load_model(args.model, args.frontend, **checkpoint_options(args))

@@ -183,6 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--param-calibration-method", choices=("minmax", "mse"), default="minmax",
                    help="weight ranges: max|w| per channel (block), or clipped where that lowers the squared error")
     s.add_argument("--percentile-calibration-value", type=float, default=99.99, metavar="P")
+    s.add_argument("--range-headroom", type=float, default=1 / 16, metavar="F",
+                   help="widen 16-bit min-max activation ranges by F of their width past each extreme away "
+                   "from 0 (default 1/16: held-out inputs go past a few calibration inputs' extremes); 0 gives "
+                   "the converter's exact min-max")
+    s.add_argument("--no-bias-correction", action="store_true",
+                   help="keep biases as they are (default: correct them for the mean shift weight "
+                   "quantization causes, as AIMET's bias correction does)")
     s.add_argument("--act-quantizer-schema", choices=("asymmetric", "symmetric"), default="asymmetric")
     s.add_argument("--quantization-overrides", default=None, metavar="FILE",
                    help="AIMET-format encodings overrides: a tensor's bitwidth, its whole encoding, or dtype float (and excluded_layers) to keep it float")

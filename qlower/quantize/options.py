@@ -27,6 +27,8 @@ def _check(opts: QuantOptions) -> None:
     if opts.param_calibration_method not in PARAM_METHODS:
         raise ValueError(f"param_calibration_method must be one of {', '.join(PARAM_METHODS)}, got "
                          f"{opts.param_calibration_method!r}")
+    if not 0.0 <= opts.range_headroom <= 1.0:
+        raise ValueError(f"range_headroom must be in [0, 1], got {opts.range_headroom}")
     if not 50.0 < opts.percentile <= 100.0:
         raise ValueError(f"percentile must be in (50, 100], got {opts.percentile}")
 
@@ -58,6 +60,9 @@ class QuantOptions:
     # bias correction (SNPE's quantizer's "bc" optimization, AIMET's bias correction): biases take back the
     # mean output shift the weights' quantization causes (qlower.quantize.correct)
     bias_correction: bool = True
+    # 16-bit min-max activation ranges widened by this fraction of their width past each calibrated
+    # extreme away from 0 (qlower.quantize.rewrite.headroom); 0 gives the converter's exact min-max
+    range_headroom: float = 1 / 16
     overrides: Overrides = attrs.field(factory=Overrides)
 
     def __attrs_post_init__(self) -> None:

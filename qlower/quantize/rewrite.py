@@ -38,17 +38,14 @@ def range_of(obs: RangeObserver | None, opts: QuantOptions, bits: int, symmetric
     return obs.lo, obs.hi
 
 
-HEADROOM = 1 / 16  # 16-bit min-max ranges: the fraction of the range added beyond each calibrated extreme
-
-
-def headroom(lo: float, hi: float) -> tuple[float, float]:
-    """A 16-bit min-max range widened by HEADROOM of its width on each side away from 0 (a side at 0,
+def headroom(lo: float, hi: float, fraction: float = 1 / 16) -> tuple[float, float]:
+    """A 16-bit min-max range widened by `fraction` of its width on each side away from 0 (a side at 0,
     a ReLU's, stays there). The extremes of a few calibration inputs are not those of the next input:
     a value beyond them clips, and a few clipped elements (an input's, a residual stream's) cost more
     than all the rounding of the range (min-max on 8 input sets, clipping on held-out ones, was most of
     the w8a16 error of bench_accuracy's models). At 16 bits the wider step costs 20·log10(1 + 2/16)
     = 1 dB of rounding noise some 90 dB below the signal; at 8 bits, 1 dB of ~50, so only 16 bits."""
-    width = (hi - lo) * HEADROOM
+    width = (hi - lo) * fraction
     return (lo - width if lo < 0 else lo), (hi + width if hi > 0 else hi)
 
 
@@ -120,8 +117,8 @@ def quantize_graph(graph: Graph, seen: Mapping[str, RangeObserver], opts: QuantO
             floor = softmax_floor(v)
             if floor is not None and lo < floor < hi:
                 lo = floor
-        if bits == 16 and opts.calibration_method == "minmax":
-            lo, hi = headroom(lo, hi)
+        if bits == 16 and opts.calibration_method == "minmax" and opts.range_headroom:
+            lo, hi = headroom(lo, hi, opts.range_headroom)
         return act_encoding(lo, hi, bits, opts.act_symmetric)
 
     rows = softmax_rows(graph)

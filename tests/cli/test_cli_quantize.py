@@ -64,3 +64,13 @@ def test_quantize_errors(checkpoint, tmp_path, capsys):
     assert main(["quantize", ck, "--calibration", calib, "-o", str(tmp_path / "q.json"), "--block-size", "16"]) == 2
     assert "--weights-bitwidth 4" in capsys.readouterr().err
     assert not (tmp_path / "q.json").exists()
+
+
+@pytest.mark.parametrize("flag, value, name", [("--range-headroom", "3", "range_headroom"),
+                                                ("--percentile-calibration-value", "200", "percentile")])
+def test_an_option_out_of_its_range_is_a_usage_error(checkpoint, tmp_path, capsys, flag, value, name):
+    ck, calib = str(checkpoint / "qwen3"), str(checkpoint / "calib.npz")
+    assert main(["quantize", ck, "--calibration", calib, "-o", str(tmp_path / "q.json"), flag, value, *OPTS]) == 2
+    err = capsys.readouterr().err
+    assert name in err and "internal error" not in err and "Traceback" not in err
+    assert not (tmp_path / "q.json").exists()

@@ -369,3 +369,15 @@ def test_16_bit_ranges_reach_past_the_calibrated_extremes(spread, shift):
     qlo, qhi = _span(q8.value("x"))
     step = float(q8.value("x").quant.scale[0])
     assert abs(qlo - lo) <= step and abs(qhi - hi) <= step
+
+
+def test_no_headroom_is_the_converters_exact_min_max():
+    rng = np.random.default_rng(3)
+    feeds = [{"x": (2.0 * rng.standard_normal((4, 8)) - 0.5).astype(np.float32)} for _ in range(3)]
+    xs = np.concatenate([f["x"].ravel() for f in feeds])
+    q = quantize(_neg_relu_graph(), feeds, QuantOptions(range_headroom=0.0))
+    qlo, qhi = _span(q.value("x"))
+    step = float(q.value("x").quant.scale[0])
+    assert abs(qlo - float(xs.min())) <= step and abs(qhi - float(xs.max())) <= step
+    with pytest.raises(ValueError, match="range_headroom"):
+        QuantOptions(range_headroom=-0.1)
