@@ -28,8 +28,8 @@ MUTANTS = {
                                "emit y = qnn.MatMul(a, b) { transpose_in0: false, transpose_in1: tb }"),
     # SiLU lowered to the wrong op
     "silu_wrong_op": ("elementwise.qpat", "silu",
-                      "    s = qnn.Sigmoid(x) : encoding quant_range(0.0, 1.0)\n    y = qnn.ElementWiseMultiply(x, s)",
-                      "    s = qnn.Tanh(x) : encoding quant_range(0.0, 1.0)\n    y = qnn.ElementWiseMultiply(x, s)"),
+                      "    s = qnn.Sigmoid(x) : encoding quant_unit()\n    y = qnn.ElementWiseMultiply(x, s)",
+                      "    s = qnn.Tanh(x) : encoding quant_unit()\n    y = qnn.ElementWiseMultiply(x, s)"),
     # VisionRoPE with sin and cos swapped
     "vision_rope_swapped_tables": ("rope.qpat", "vision_rope",
                                    "    sn = qnn.Reshape(sin) : shape [1, s[1], 1, h]\n"
