@@ -94,12 +94,16 @@ class SafetensorsSource:
             return None
         dtype = np.dtype(name).newbyteorder("<")  # (safetensors data is little-endian)
         shape = tuple(int(d) for d in entry.get("shape", ()))
+        start, end = (int(x) for x in entry["data_offsets"])
+        if end - start != math.prod(shape) * dtype.itemsize or start < 0:
+            raise OSError(f"{self.path}: tensor {self.key}'s data offsets span {end - start} bytes, its shape "
+                             f"{list(shape)} of {entry.get('dtype')} needs {math.prod(shape) * dtype.itemsize}")
         row = math.prod(shape[1:]) if shape else 1
         j = min(j, shape[0]) if shape else j
         i = min(i, j)
         count = max(0, j - i) * row
         raw = np.fromfile(self.path, dtype=dtype, count=count,
-                          offset=base + int(entry["data_offsets"][0]) + i * row * dtype.itemsize)
+                          offset=base + start + i * row * dtype.itemsize)
         if raw.size != count:
             raise OSError(f"{self.path}: tensor {self.key} is cut short ({raw.size} of {count} values)")
         return raw.reshape(((j - i), *shape[1:]) if shape else ())

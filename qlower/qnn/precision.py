@@ -150,8 +150,8 @@ def cast(graph: Graph, src, dst, name: str, max_rank: int | None, prov: Provenan
             graph.add_op(graph.fresh_op_name(f"{name}.unflatten"), "qnn.Reshape", [flat_out], [dst], {}, prov)]
 
 
-_F16_TINY = 2.0 ** -24  # float16's smallest subnormal: a value below half of it rounds to zero
-_F16_MAX = 65504.0
+_F16_TINY = float(np.finfo(_F16).smallest_subnormal)  # a value below half of it rounds to zero
+_F16_MAX = float(np.finfo(_F16).max)
 
 
 def float16_range_warnings(graph: Graph) -> list:

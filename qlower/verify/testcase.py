@@ -278,14 +278,14 @@ class RuleTest:
         run = Lowering(graph, target, self.engine(backend).run, decls=self.rules.ruleset.ops,
                        computes=self.rules.ruleset.computes).run(until="rewrite")
         errors = [d for d in run.diagnostics if d.is_error]
-        if "rewrite" not in run.done:
-            raise RuleTestFailure(f"{where}: the test graph is not well formed:\n{render_all(errors, self.rules.sources)}")
-        outcome = run.outcome
-        if self.expect.error is not None:
+        if self.expect.error is not None:  # (from the check stage or the rules)
             if not any(self.expect.error in d.message for d in errors):
                 raise RuleTestFailure(f"{where}: expected a lowering error containing {self.expect.error!r}, got "
                                       f"{[d.message for d in errors] or 'none'}")
             return
+        if "rewrite" not in run.done:
+            raise RuleTestFailure(f"{where}: the test graph is not well formed:\n{render_all(errors, self.rules.sources)}")
+        outcome = run.outcome
         if errors:
             raise RuleTestFailure(f"{where}: lowering failed:\n{render_all(errors, self.rules.sources)}")
         for name in self.expect.rules:

@@ -35,3 +35,22 @@ def test_a_file_cut_short_is_an_os_error(tmp_path) -> None:
     path.write_bytes(path.read_bytes()[:-40])
     with pytest.raises(OSError, match="cut short"):
         SafetensorsSource(path, "w").rows(0, 10)
+
+
+def test_a_header_whose_shape_outruns_its_data_is_refused(tmp_path) -> None:
+    """A shape bigger than the tensor's data span would read the next tensor's bytes as this one's."""
+    import json
+    import struct
+
+    path = tmp_path / "w.safetensors"
+    save_file({"w": np.arange(12, dtype=np.int32).reshape(3, 4), "z": np.ones(8, np.int32)}, str(path))
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    head = json.loads(raw[8:8 + n])
+    head["w"]["shape"] = [5, 4]  # 80 bytes from a 48-byte span: it would run into z
+    text = json.dumps(head, separators=(",", ":")).encode()
+    text += b" " * (n - len(text)) if len(text) <= n else b""
+    assert len(text) == n
+    path.write_bytes(raw[:8] + text + raw[8 + n:])
+    with pytest.raises(OSError, match="data offsets span 48 bytes"):
+        SafetensorsSource(path, "w").rows(0, 5)
